@@ -1,0 +1,149 @@
+"""Reviewer writes: memberships and decisions. A decision is one more event for the step's
+state machine (envelopes.services), so locking, audit and webhooks stay in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from envelopes import services as step_services
+from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
+from envelopes.models import Step, Team, Tool
+from envelopes.presenters import rfc3339, step_representation
+from webhooks.outbox import event_emit
+
+from .models import Decision, Membership
+
+REASON_REQUIRED = frozenset({"reject", "cancel", "mark_committed", "permit_retry"})
+
+
+class DecisionRefused(Exception):
+    """The decision cannot be made; the message says why in words a reviewer understands."""
+
+    def __init__(self, message: str, *, already_decided: bool = False) -> None:
+        super().__init__(message)
+        self.already_decided = already_decided
+
+
+def reviewer_create(*, username: str, password: str, team: Team, role: str) -> AbstractBaseUser:
+    if role not in Membership.Role.values:
+        raise ValueError(f"role must be one of {', '.join(Membership.Role.values)}")
+    user_model = get_user_model()
+    with transaction.atomic():
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            user = user_model.objects.create_user(username=username, password=password)
+        else:
+            user.set_password(password)
+            user.save()
+        Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    return user
+
+
+def membership_for(*, user: AbstractBaseUser, team: Team) -> Membership | None:
+    return Membership.objects.filter(user=user, team=team).first()
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    decision: Decision
+    step: Step
+    transitioned: bool
+    approvals_so_far: int = 0
+
+
+def _require_reviewer(user: AbstractBaseUser, team: Team) -> None:
+    membership = membership_for(user=user, team=team)
+    if membership is None or not membership.can_decide:
+        raise PermissionError("Only reviewers and admins of this team may decide.")
+
+
+@transaction.atomic
+def step_decide(
+    *,
+    team: Team,
+    step_id: int,
+    actor: AbstractBaseUser,
+    action: str,
+    reason: str = "",
+    expected_state: str | None = None,
+) -> DecisionResult:
+    """Record a reviewer's decision and, when it is final, move the step.
+
+    `expected_state` is the state the reviewer saw: if the step moved since, nothing happens
+    and the reviewer is told it was already decided.
+    """
+    _require_reviewer(actor, team)
+    reason = reason.strip()
+    if action in REASON_REQUIRED and not reason:
+        raise DecisionRefused("A reason is required for this decision.")
+    now = timezone.now()
+    step = step_services.step_lock_for_decision(team=team, step_id=step_id)
+    if (expected_state and step.state != expected_state) or action not in allowed_reviewer_actions(State(step.state)):
+        raise DecisionRefused(
+            f"Already decided: the step is now {step.state.replace('_', ' ')} ({step.reason}).",
+            already_decided=True,
+        )
+    username = actor.get_username()
+    approvals_so_far = 0
+    if action == "approve":
+        earlier = Decision.objects.filter(step=step, action="approve", decided_at__gte=step.state_entered_at)
+        if earlier.filter(reviewer=actor).exists():
+            raise DecisionRefused(
+                "You already approved this step; a second reviewer must approve it.", already_decided=True
+            )
+        approvals_so_far = earlier.values("reviewer").distinct().count() + 1
+    decision = Decision.objects.create(step=step, reviewer=actor, action=action, reason=reason, decided_at=now)
+    step_services.step_audit_decision(step=step, actor=username, action=action, reason=reason, now=now)
+    transitioned = False
+    if action != "approve" or approvals_so_far >= step.tool.required_approvals:
+        outcome = step_services.step_apply_reviewer_act(
+            step=step, action=action, actor=username, now=now, data={"decision_id": decision.pk}
+        )
+        transitioned = outcome.changed
+    step_services.step_save_and_notify(step=step, changed=transitioned, now=now)
+    event_emit(
+        team_id=team.pk,
+        event_type="step.decided",
+        data=lambda: {
+            "step": step_representation(step),
+            "decision": {"action": action, "reviewer": username, "reason": reason, "decided_at": rfc3339(now)},
+        },
+        step_id=step.pk,
+    )
+    return DecisionResult(decision=decision, step=step, transitioned=transitioned, approvals_so_far=approvals_so_far)
+
+
+def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: AbstractBaseUser, reason: str = "") -> Tool:
+    _require_reviewer(actor, team)
+    if tool.team_id != team.pk:
+        raise PermissionError("Another team's tool.")
+    return step_services.tool_resume(
+        tool=tool, actor=actor.get_username(), reviewer=actor.get_username(), reason=reason or "resumed_by_reviewer"
+    )
+
+
+def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: AbstractBaseUser, reason: str) -> int:
+    """One decision for a service-wide incident: cancel every held step of the tool.
+
+    Each step gets its own decision, transition and audit link, in its own transaction, so
+    a step decided meanwhile by someone else is simply skipped.
+    """
+    _require_reviewer(actor, team)
+    if not reason.strip():
+        raise DecisionRefused("A reason is required for this decision.")
+    cancelled = 0
+    held_ids = list(
+        Step.objects.for_team(team).filter(tool=tool, state__in=[s.value for s in HELD]).values_list("pk", flat=True)
+    )
+    for step_id in held_ids:
+        try:
+            result = step_decide(team=team, step_id=step_id, actor=actor, action="cancel", reason=reason)
+        except DecisionRefused:
+            continue
+        cancelled += int(result.transitioned)
+    return cancelled

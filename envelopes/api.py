@@ -1,0 +1,332 @@
+"""The agent API (contract §4): one APIView per operation, thin over the services."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Prefetch, Q
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals.models import Decision
+
+from . import openapi, schema, services
+from .idempotency import Replay, body_fingerprint, idempotency_claim, idempotency_release, idempotency_store
+from .lifecycle import State
+from .models import ErrorCode, SkippedResource, Step, Tool
+from .parsers import read_limited
+from .presenters import rfc3339, step_representation
+from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
+
+REF_PARAMETER = OpenApiParameter(
+    "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
+)
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Replays the stored answer for the same body; 422 idempotency_key_reused for another body.",
+)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know (DRF ignores them by default)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: [serializers.ErrorDetail("Unknown field.", code="additionalProperties")] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class PrintableCharField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not value.isprintable():
+            raise serializers.ValidationError("Control characters are not allowed.", code="pattern")
+        return value
+
+
+def _team(request: Request):  # type: ignore[no-untyped-def]
+    return request.auth.team
+
+
+def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[], Response]) -> Response:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return work()
+    claim = idempotency_claim(team=_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
+    if isinstance(claim, Replay):
+        content_type = CONTENT_TYPE if claim.status >= 400 else None
+        response = Response(claim.body, status=claim.status, headers=claim.headers, content_type=content_type)
+        response["Idempotent-Replayed"] = "true"
+        return response
+    try:
+        response = work()
+    except Exception as error:
+        handled = problem_exception_handler(error, {})
+        if handled is None or handled.status_code >= 500:
+            idempotency_release(claim)
+            raise
+        response = handled
+    if response.status_code >= 500:
+        idempotency_release(claim)
+        return response
+    headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
+    idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
+    return response
+
+
+class EnvelopeIngestApi(APIView):
+    @extend_schema(
+        operation_id="envelope_ingest",
+        summary="Ingest one tool-result envelope (canonical, compact or MCP dialect)",
+        parameters=[IDEMPOTENCY_PARAMETER],
+        request={
+            "application/json": schema.ENVELOPE_SCHEMA,
+            'application/json; profile="compact"': schema.COMPACT_SCHEMA,
+            'application/json; profile="mcp"': schema.MCP_SCHEMA,
+        },
+        responses={201: openapi.INGEST_ANSWER, **openapi.PROBLEMS},
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            dialect = schema.dialect_from_content_type(request.content_type or "")
+        except schema.EnvelopeRejected as rejected:
+            raise services.EnvelopeInvalid(rejected) from rejected
+        payload = request.data
+        raw_body = getattr(request, "_raw_body", b"")
+
+        def work() -> Response:
+            answer = services.envelope_ingest(team=_team(request), payload=payload, dialect=dialect, raw_body=raw_body)
+            return Response(answer.as_dict(), status=201)
+
+        return _idempotent(request, "envelopes", body_fingerprint(dialect, raw_body), work)
+
+
+class AttemptRequestInput(StrictSerializer):
+    tool = serializers.RegexField(schema.TOOL_PATTERN, max_length=100)
+    input_fingerprint = serializers.RegexField(r"^[0-9a-fA-F]{64}$")
+    run_id = PrintableCharField(max_length=200, required=False)
+    correlation_id = PrintableCharField(max_length=200, required=False)
+
+
+class AttemptRequestApi(APIView):
+    @extend_schema(
+        operation_id="attempt_request",
+        summary="The attempt gate: ask before every write",
+        parameters=[REF_PARAMETER, IDEMPOTENCY_PARAMETER],
+        request=AttemptRequestInput,
+        responses={201: openapi.ATTEMPT_GRANT, 409: openapi.REFUSAL, **openapi.PROBLEMS},
+    )
+    def post(self, request: Request, ref: str) -> Response:
+        payload = request.data
+        raw_body = getattr(request, "_raw_body", b"")
+
+        def work() -> Response:
+            data = _valid(AttemptRequestInput, payload)
+            grant = services.attempt_request(
+                team=_team(request),
+                operation_ref=_valid_ref(ref),
+                tool_name=data["tool"],
+                fingerprint=data["input_fingerprint"].lower(),
+                run_id=data.get("run_id", ""),
+                correlation_id=data.get("correlation_id", ""),
+            )
+            return Response(grant.as_dict(), status=201)
+
+        return _idempotent(request, "attempts", body_fingerprint(ref, raw_body), work)
+
+
+class VerificationReportInput(StrictSerializer):
+    outcome = serializers.ChoiceField(["committed", "not_found", "unavailable"])
+    evidence_ref = PrintableCharField(max_length=200, required=False)
+    checked_at = serializers.CharField(max_length=64)
+
+    def validate_checked_at(self, value: str) -> Any:
+        parsed = schema._parse_date_time(value)
+        if parsed is None:
+            raise serializers.ValidationError("RFC 3339 time with an offset.", code="format")
+        return parsed
+
+
+class VerificationReportApi(APIView):
+    @extend_schema(
+        operation_id="verification_report",
+        summary="Report a lookup of the step's write by operation_ref",
+        parameters=[REF_PARAMETER],
+        request=VerificationReportInput,
+        responses={200: openapi.STEP_ANSWER, **openapi.PROBLEMS},
+    )
+    def post(self, request: Request, ref: str) -> Response:
+        data = _valid(VerificationReportInput, request.data)
+        answer = services.verification_report(
+            team=_team(request),
+            operation_ref=_valid_ref(ref),
+            outcome=data["outcome"],
+            checked_at=data["checked_at"],
+            evidence_ref=data.get("evidence_ref", ""),
+        )
+        return Response(answer.as_dict())
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise exceptions.ValidationError(
+            {"non_field_errors": [serializers.ErrorDetail("Expected a JSON object.", code="type")]}
+        )
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data  # type: ignore[return-value]
+
+
+def _valid_ref(ref: str) -> str:
+    if not 1 <= len(ref) <= 200 or not ref.isprintable():
+        raise services.StepNotFound("No such step: an operation_ref is 1..200 printable characters.")
+    return ref
+
+
+def _steps(request: Request):  # type: ignore[no-untyped-def]
+    return (
+        Step.objects.for_team(_team(request))
+        .select_related("tool", "last_envelope")
+        .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
+    )
+
+
+class StepDetailApi(APIView):
+    @extend_schema(
+        operation_id="step_read",
+        summary="A step: state, directive, attempts, last envelope, decisions",
+        parameters=[REF_PARAMETER],
+        responses={200: openapi.STEP, 304: None, **openapi.PROBLEMS},
+    )
+    def get(self, request: Request, ref: str) -> Response:
+        step = _steps(request).filter(operation_ref=_valid_ref(ref)).first()
+        if step is None:
+            raise services.StepNotFound("No such step in this team.")
+        etag = f'"{step.pk}.{step.version}"'
+        if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
+            return Response(status=304, headers={"ETag": etag})
+        return Response(step_representation(step), headers={"ETag": etag})
+
+
+class StepCursor(CursorPagination):
+    page_size = 50
+    max_page_size = 200
+    page_size_query_param = "limit"
+    ordering = ("-created_at", "-id")
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response({"results": data, "next": self.get_next_link()})
+
+
+class StepListInput(StrictSerializer):
+    state = serializers.ChoiceField([s.value for s in State], required=False)
+    tool = serializers.RegexField(schema.TOOL_PATTERN, max_length=100, required=False)
+    run_id = PrintableCharField(max_length=200, required=False)
+    cursor = serializers.CharField(max_length=500, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
+
+
+class StepListApi(APIView):
+    @extend_schema(
+        operation_id="step_list",
+        summary="Steps of the team, newest first, cursor-paginated",
+        parameters=[StepListInput],
+        responses={200: openapi.STEP_LIST, **openapi.PROBLEMS},
+    )
+    def get(self, request: Request) -> Response:
+        filters = _valid(StepListInput, request.query_params.dict())
+        steps = _steps(request)
+        if "state" in filters:
+            steps = steps.filter(state=filters["state"])
+        if "tool" in filters:
+            steps = steps.filter(tool__name=filters["tool"])
+        if "run_id" in filters:
+            steps = steps.filter(run_id=filters["run_id"])
+        paginator = StepCursor()
+        page = paginator.paginate_queryset(steps, request, view=self)
+        return paginator.get_paginated_response([step_representation(step) for step in page or []])
+
+
+def _tool(request: Request, name: str) -> Tool:
+    tool = None
+    if re.fullmatch(schema.TOOL_PATTERN, name):
+        tool = Tool.objects.for_team(_team(request)).filter(name=name).first()
+    if tool is None:
+        raise services.ToolNotFound(f"No tool {name!r} in this team.")
+    return tool
+
+
+class ToolCodesApi(APIView):
+    @extend_schema(
+        operation_id="tool_codes",
+        summary="The tool's documented error codes, team-wide entries included",
+        responses={200: openapi.CODES, **openapi.PROBLEMS},
+    )
+    def get(self, request: Request, tool: str) -> Response:
+        found = _tool(request, tool)
+        codes = ErrorCode.objects.filter(Q(tool=found) | Q(tool__isnull=True), team_id=found.team_id).order_by(
+            "code", "tool_id"
+        )
+        return Response(
+            {
+                "tool": found.name,
+                "codes": [
+                    {
+                        "code": code.code,
+                        "scope": "tool" if code.tool_id else "team",
+                        "category": code.category,
+                        "retry_class": code.retry_class,
+                        "next_action": code.next_action,
+                        "side_effect": code.side_effect,
+                        "description": code.description,
+                        "hint": code.hint,
+                    }
+                    for code in codes
+                ],
+            }
+        )
+
+
+class RunSkippedApi(APIView):
+    @extend_schema(
+        operation_id="run_skipped",
+        summary="Resources skipped in a run (scope: resource), with their correlation ids",
+        responses={200: openapi.SKIPPED, **openapi.PROBLEMS},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        if not 1 <= len(run_id) <= 200 or not run_id.isprintable():
+            raise services.HoldpointError("A run_id is 1..200 printable characters.")
+        skipped = SkippedResource.objects.filter(team=_team(request), run_id=run_id).order_by("occurred_at", "id")[
+            :1000
+        ]
+        return Response(
+            {
+                "run_id": run_id,
+                "skipped": [
+                    {
+                        "resource_id": row.resource_id,
+                        "correlation_id": row.correlation_id,
+                        "code": row.code,
+                        "operation_ref": row.operation_ref,
+                        "occurred_at": rfc3339(row.occurred_at),
+                    }
+                    for row in skipped
+                ],
+            }
+        )
+
+
+__all__ = ["read_limited", "retry_after_header"]

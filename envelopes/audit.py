@@ -1,0 +1,175 @@
+"""The audit log's hash chains: one per step (or tool), sealed periodically per team."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from .models import AuditEvent, AuditSeal, Step, Team, Tool
+
+GENESIS = "0" * 64
+
+
+def _link_hash(prev_hash: str, fields: dict[str, Any]) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(f"{prev_hash}|{canonical}".encode()).hexdigest()
+
+
+def _event_fields(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "team": event.team_id,
+        "chain": event.chain,
+        "seq": event.seq,
+        "step": event.step_id,
+        "tool": event.tool_id,
+        "kind": event.kind,
+        "actor": event.actor,
+        "before": event.before,
+        "after": event.after,
+        "reason": event.reason,
+        "held_seconds": None if event.held_seconds is None else round(event.held_seconds, 6),
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
+
+
+def audit_append(
+    *,
+    holder: Step | Tool,
+    kind: str,
+    actor: str,
+    before: str = "",
+    after: str = "",
+    reason: str = "",
+    held_seconds: float | None = None,
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> AuditEvent:
+    """Append one link to the holder's chain. The caller holds the holder's row lock and saves
+    `audit_seq` / `audit_head`, which this function advances on the instance."""
+    if isinstance(holder, Step):
+        chain, step_id, tool_id = f"step:{holder.pk}", holder.pk, holder.tool_id
+    else:
+        chain, step_id, tool_id = f"tool:{holder.pk}", None, holder.pk
+    event = AuditEvent(
+        team_id=holder.team_id,
+        chain=chain,
+        seq=holder.audit_seq + 1,
+        step_id=step_id,
+        tool_id=tool_id,
+        kind=kind,
+        actor=actor,
+        before=before,
+        after=after,
+        reason=reason,
+        held_seconds=None if held_seconds is None else round(held_seconds, 6),
+        data=data or {},
+        created_at=now or timezone.now(),
+        prev_hash=holder.audit_head or GENESIS,
+    )
+    event.hash = _link_hash(event.prev_hash, _event_fields(event))
+    event.save(force_insert=True)
+    holder.audit_seq = event.seq
+    holder.audit_head = event.hash
+    return event
+
+
+def _seal_hash(seal: AuditSeal) -> str:
+    return _link_hash(
+        seal.prev_hash,
+        {
+            "team": seal.team_id,
+            "seq": seal.seq,
+            "heads": seal.heads,
+            "through": seal.through_event_id,
+            "created_at": seal.created_at.isoformat(),
+        },
+    )
+
+
+@transaction.atomic
+def audit_seal(*, team: Team) -> AuditSeal | None:
+    """Record the heads of every chain that moved since the team's last seal."""
+    # Serialise sealers per team on the team row.
+    Team.objects.select_for_update().get(pk=team.pk)
+    last = AuditSeal.objects.filter(team=team).order_by("-seq").first()
+    through = last.through_event_id if last else 0
+    moved = (
+        AuditEvent.objects.filter(team=team, id__gt=through).values("chain").annotate(seq=Max("seq"), last_id=Max("id"))
+    )
+    rows = list(moved)
+    if not rows:
+        return None
+    heads = {}
+    for row in rows:
+        link = AuditEvent.objects.only("hash").get(chain=row["chain"], seq=row["seq"])
+        heads[row["chain"]] = [row["seq"], link.hash]
+    seal = AuditSeal(
+        team=team,
+        seq=(last.seq + 1) if last else 1,
+        heads=heads,
+        through_event_id=max(row["last_id"] for row in rows),
+        created_at=timezone.now(),
+        prev_hash=last.hash if last else GENESIS,
+    )
+    seal.hash = _seal_hash(seal)
+    seal.save(force_insert=True)
+    return seal
+
+
+@dataclass(frozen=True)
+class AuditProblem:
+    where: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem}"
+
+
+def audit_verify() -> list[AuditProblem]:
+    """Recompute every chain and seal; an edited, deleted or rewritten link is a problem."""
+    problems: list[AuditProblem] = []
+    chain_heads: dict[str, dict[int, str]] = {}
+    expected_prev: dict[str, str] = {}
+    expected_seq: dict[str, int] = {}
+    events = AuditEvent.objects.order_by("chain", "seq").iterator(chunk_size=2000)
+    for event in events:
+        chain = event.chain
+        seq = expected_seq.get(chain, 1)
+        if event.seq != seq:
+            problems.append(AuditProblem(f"{chain}#{event.seq}", f"link {seq} is missing"))
+        if event.prev_hash != expected_prev.get(chain, GENESIS):
+            problems.append(AuditProblem(f"{chain}#{event.seq}", "does not follow the previous link"))
+        if _link_hash(event.prev_hash, _event_fields(event)) != event.hash:
+            problems.append(AuditProblem(f"{chain}#{event.seq}", "was altered after it was written"))
+        expected_prev[chain] = event.hash
+        expected_seq[chain] = event.seq + 1
+        chain_heads.setdefault(chain, {})[event.seq] = event.hash
+
+    for holder_model, prefix in ((Step, "step"), (Tool, "tool")):
+        for pk, seq, head in (
+            holder_model.objects.filter(audit_seq__gt=0)
+            .values_list("pk", "audit_seq", "audit_head")
+            .iterator(chunk_size=2000)
+        ):
+            chain = f"{prefix}:{pk}"
+            if chain_heads.get(chain, {}).get(seq) != head or expected_seq.get(chain, 1) != seq + 1:
+                problems.append(AuditProblem(chain, "its head does not match its last link"))
+
+    seals_prev: dict[int, str] = {}
+    for seal in AuditSeal.objects.order_by("team_id", "seq").iterator(chunk_size=500):
+        where = f"seal team:{seal.team_id}#{seal.seq}"
+        if seal.prev_hash != seals_prev.get(seal.team_id, GENESIS) or _seal_hash(seal) != seal.hash:
+            problems.append(AuditProblem(where, "the seal chain was altered"))
+        seals_prev[seal.team_id] = seal.hash
+        for chain, (seq, link_hash) in seal.heads.items():
+            if chain_heads.get(chain, {}).get(seq) != link_hash:
+                problems.append(AuditProblem(where, f"{chain}#{seq} no longer matches its seal"))
+    return problems

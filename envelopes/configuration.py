@@ -1,0 +1,117 @@
+"""Writes that set a team up: teams, API keys, tool settings and the error-code catalog."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from .models import ApiKey, ErrorCode, Team, Tool
+from .services import tool_get_or_register
+
+TOOL_SETTINGS = {
+    "side_effects": bool,
+    "required_approvals": int,
+    "max_attempts": int,
+    "consistency_window_s": int,
+    "verification_deadline_s": int,
+    "approval_ttl_s": int,
+    "halt_cooldown_s": int,
+    "safe_detail_keys": list,
+    "strict_codes": bool,
+}
+CODE_FIELDS = ("category", "retry_class", "next_action", "side_effect", "description", "hint")
+
+
+class ConfigurationError(ValueError):
+    """A setting that breaks a rule; the message names it."""
+
+
+def team_create(*, slug: str, name: str = "") -> Team:
+    team = Team(slug=slug, name=name or slug)
+    try:
+        team.full_clean()
+    except ValidationError as error:
+        raise ConfigurationError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())) from error
+    team.save()
+    return team
+
+
+@dataclass(frozen=True)
+class NewApiKey:
+    api_key: ApiKey
+    raw: str  # shown once, never stored
+
+
+def api_key_create(*, team: Team, name: str) -> NewApiKey:
+    raw = ApiKey.generate()
+    key = ApiKey.objects.create(team=team, name=name, prefix=raw[: ApiKey.PREFIX_LENGTH], key_hash=ApiKey.hash_key(raw))
+    return NewApiKey(api_key=key, raw=raw)
+
+
+def parse_setting(name: str, raw: str) -> Any:
+    """A KEY=VALUE setting from the command line, typed by the setting's kind."""
+    kind = TOOL_SETTINGS.get(name)
+    if kind is None:
+        raise ConfigurationError(f"unknown setting {name!r}; known: {', '.join(TOOL_SETTINGS)}")
+    if kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise ConfigurationError(f"{name} must be true or false")
+        return raw.lower() == "true"
+    if kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigurationError(f"{name} must be an integer") from None
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+@transaction.atomic
+def tool_configure(*, team: Team, name: str, settings: dict[str, Any]) -> Tool:
+    """Create or change a tool's settings; refuses values that break a rule."""
+    tool = tool_get_or_register(team=team, name=name)
+    tool = Tool.objects.select_for_update().get(pk=tool.pk)
+    for key, value in settings.items():
+        if key not in TOOL_SETTINGS:
+            raise ConfigurationError(f"unknown setting {key!r}")
+        setattr(tool, key, value)
+    problems = []
+    if tool.required_approvals not in (1, 2):
+        problems.append("required_approvals must be 1 or 2")
+    if tool.max_attempts < 1:
+        problems.append("max_attempts must be at least 1")
+    if tool.verification_deadline_s < tool.consistency_window_s:
+        problems.append("verification_deadline_s must not be below consistency_window_s")
+    if tool.approval_ttl_s < 1:
+        problems.append("approval_ttl_s must be at least 1")
+    for key in ("consistency_window_s", "verification_deadline_s", "halt_cooldown_s"):
+        if getattr(tool, key) < 0:
+            problems.append(f"{key} must not be negative")
+    if not all(isinstance(k, str) and k.isidentifier() and len(k) <= 64 for k in tool.safe_detail_keys):
+        problems.append("safe_detail_keys must be identifiers of at most 64 characters")
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+    tool.save()
+    return tool
+
+
+@transaction.atomic
+def error_code_upsert(*, team: Team, tool_name: str, code: str, fields: dict[str, str]) -> ErrorCode:
+    """Add or change a catalog entry; tool_name `*` is team-wide; an unknown tool is registered."""
+    unknown = set(fields) - set(CODE_FIELDS)
+    if unknown:
+        raise ConfigurationError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(CODE_FIELDS)}")
+    tool = None if tool_name == "*" else tool_get_or_register(team=team, name=tool_name)
+    entry = ErrorCode.objects.select_for_update().filter(team=team, tool=tool, code=code).first()
+    if entry is None:
+        entry = ErrorCode(team=team, tool=tool, code=code)
+    for key, value in fields.items():
+        setattr(entry, key, value)
+    try:
+        entry.full_clean(exclude=["team", "tool"], validate_constraints=False)
+    except ValidationError as error:
+        raise ConfigurationError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())) from error
+    entry.save()
+    return entry

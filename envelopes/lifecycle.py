@@ -1,0 +1,459 @@
+"""The step state machine of the contract (§3), as data and pure functions.
+
+No Django here: `advance(snapshot, event, now)` answers what happens to a step when something
+arrives (an envelope, an attempt request, a verification report, a timer, a reviewer's act),
+and the services apply that answer under a row lock with its audit entry. Every pair
+(state, event) is covered by the tests.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+
+class State(enum.StrEnum):
+    IN_PROGRESS = "in_progress"
+    NEEDS_INPUT = "needs_input"
+    WAITING_RETRY = "waiting_retry"
+    RETRY_READY = "retry_ready"
+    VERIFYING = "verifying"
+    AWAITING_APPROVAL = "awaiting_approval"
+    ESCALATED = "escalated"
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+HELD = frozenset(
+    {
+        State.NEEDS_INPUT,
+        State.WAITING_RETRY,
+        State.VERIFYING,
+        State.AWAITING_APPROVAL,
+        State.ESCALATED,
+    }
+)
+TERMINAL = frozenset({State.SUCCEEDED, State.CANCELLED, State.FAILED})
+
+ACTION = {
+    State.IN_PROGRESS: "proceed",
+    State.NEEDS_INPUT: "fix_input",
+    State.WAITING_RETRY: "wait",
+    State.RETRY_READY: "proceed",
+    State.VERIFYING: "verify",
+    State.AWAITING_APPROVAL: "hold",
+    State.ESCALATED: "hold",
+    State.SUCCEEDED: "stop",
+    State.CANCELLED: "stop",
+    State.FAILED: "stop",
+}
+
+# Why a step is in its state (contract §4), by state.
+REASONS: dict[State, frozenset[str]] = {
+    State.IN_PROGRESS: frozenset({"attempt_granted"}),
+    State.NEEDS_INPUT: frozenset({"input_fix_required"}),
+    State.WAITING_RETRY: frozenset({"retry_not_before"}),
+    State.RETRY_READY: frozenset({"retry_window_open", "approved", "verified_not_found", "retry_permitted"}),
+    State.VERIFYING: frozenset({"verification_required", "attempt_unreported"}),
+    State.AWAITING_APPROVAL: frozenset({"approval_pending", "approval_mismatch"}),
+    State.ESCALATED: frozenset(
+        {
+            "escalation_requested",
+            "attempt_budget_exhausted",
+            "verification_timeout",
+            "verification_unavailable",
+            "malformed_envelope",
+        }
+    ),
+    State.SUCCEEDED: frozenset({"committed", "verified_committed", "resolved_committed"}),
+    State.CANCELLED: frozenset({"rejected", "approval_expired", "cancelled_by_reviewer"}),
+    State.FAILED: frozenset({"aborted"}),
+}
+
+# Every edge the machine may take. A transition outside this table is a bug, and the
+# property tests check that none happens.
+EDGES: dict[State, frozenset[State]] = {
+    State.IN_PROGRESS: frozenset(State) - {State.IN_PROGRESS, State.RETRY_READY},
+    State.NEEDS_INPUT: frozenset(State) - {State.NEEDS_INPUT, State.RETRY_READY},
+    State.WAITING_RETRY: frozenset(State) - {State.WAITING_RETRY},
+    State.RETRY_READY: frozenset(State) - {State.RETRY_READY},
+    State.VERIFYING: frozenset(State) - {State.VERIFYING, State.IN_PROGRESS},
+    State.AWAITING_APPROVAL: frozenset(State) - {State.AWAITING_APPROVAL, State.IN_PROGRESS},
+    State.ESCALATED: frozenset(State) - {State.ESCALATED, State.IN_PROGRESS},
+    State.SUCCEEDED: frozenset(),
+    State.CANCELLED: frozenset(),
+    State.FAILED: frozenset(),
+}
+# A step that does not exist yet becomes one through its first envelope or attempt.
+INITIAL: frozenset[State] = frozenset(State) - {State.RETRY_READY}
+
+# Attempt-gate refusals that count as a duplicate write prevented (contract §4).
+DUPLICATE_PREVENTING = frozenset({"verification_required", "already_committed"})
+
+# The envelope's next_action -> (state, reason).
+_NEXT_ACTION_TARGET = {
+    "correct_input": (State.NEEDS_INPUT, "input_fix_required"),
+    "wait_and_retry": (State.WAITING_RETRY, "retry_not_before"),
+    "verify_operation": (State.VERIFYING, "verification_required"),
+    "request_approval": (State.AWAITING_APPROVAL, "approval_pending"),
+    "escalate": (State.ESCALATED, "escalation_requested"),
+    "abort": (State.FAILED, "aborted"),
+}
+_RETRYING_ACTIONS = frozenset({"correct_input", "wait_and_retry"})
+
+# Reviewer acts (contract §3 and §7): state -> action -> (state, reason).
+REVIEWER_ACTS: dict[State, dict[str, tuple[State, str]]] = {
+    State.AWAITING_APPROVAL: {
+        "approve": (State.RETRY_READY, "approved"),
+        "reject": (State.CANCELLED, "rejected"),
+        "cancel": (State.CANCELLED, "cancelled_by_reviewer"),
+    },
+    State.VERIFYING: {
+        "mark_committed": (State.SUCCEEDED, "resolved_committed"),
+        "permit_retry": (State.RETRY_READY, "retry_permitted"),
+        "cancel": (State.CANCELLED, "cancelled_by_reviewer"),
+    },
+    State.ESCALATED: {
+        "mark_committed": (State.SUCCEEDED, "resolved_committed"),
+        "permit_retry": (State.RETRY_READY, "retry_permitted"),
+        "cancel": (State.CANCELLED, "cancelled_by_reviewer"),
+    },
+    # Read-only queues for a single decision, but a halted tool's "cancel all" reaches them.
+    State.NEEDS_INPUT: {"cancel": (State.CANCELLED, "cancelled_by_reviewer")},
+    State.WAITING_RETRY: {"cancel": (State.CANCELLED, "cancelled_by_reviewer")},
+}
+
+# Which timer a held state waits on.
+TIMER_OF = {
+    State.WAITING_RETRY: "retry_due",
+    State.VERIFYING: "verification_deadline",
+    State.AWAITING_APPROVAL: "approval_expired",
+}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the machine needs to know about a step (None state: the step does not exist)."""
+
+    state: State | None = None
+    reason: str = ""
+    attempts: int = 0
+    max_attempts: int = 3
+    last_fingerprint: str = ""
+    last_attempt_reported: bool = True
+    approval_fingerprint: str = ""
+    not_before: datetime | None = None
+    trusted_after: datetime | None = None
+    deadline: datetime | None = None
+    expires_at: datetime | None = None
+    halted_until: datetime | None = None
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When this step's timer fires, if its state waits on one."""
+        return {
+            State.WAITING_RETRY: self.not_before,
+            State.VERIFYING: self.deadline,
+            State.AWAITING_APPROVAL: self.expires_at,
+        }.get(self.state)  # type: ignore[arg-type]
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvelopeArrived:
+    ok: bool
+    commit_state: str | None = None
+    next_action: str | None = None
+    max_attempts_remaining: int | None = None
+    not_before: datetime | None = None
+    attempt: int | None = None
+    occurred_at: datetime | None = None
+    consistency_window_s: int = 300
+    verification_deadline_s: int = 3600
+    approval_ttl_s: int = 86400
+
+
+@dataclass(frozen=True)
+class EnvelopeRejected:
+    """A payload that broke the contract but named its step."""
+
+
+@dataclass(frozen=True)
+class AttemptRequested:
+    fingerprint: str
+    consistency_window_s: int = 300
+    verification_deadline_s: int = 3600
+    approval_ttl_s: int = 86400
+
+
+@dataclass(frozen=True)
+class VerificationReported:
+    outcome: str  # committed | not_found | unavailable
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    timer: str  # retry_due | verification_deadline | approval_expired
+
+
+@dataclass(frozen=True)
+class ReviewerActed:
+    action: str  # approve | reject | mark_committed | permit_retry | cancel
+
+
+Event = EnvelopeArrived | EnvelopeRejected | AttemptRequested | VerificationReported | TimerFired | ReviewerActed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The machine's answer: the step after the event, and what the caller must know."""
+
+    after: Snapshot
+    changed: bool  # the state (or its reason) changed: one audit entry, one webhook
+    granted: bool = False  # the attempt gate granted an attempt
+    refusal: str = ""  # the attempt gate's refusal code
+    retry_after: datetime | None = None  # for refusals that carry Retry-After
+    directive_reason: str = ""  # overrides the step's reason in the answer's directive
+    directive_not_before: datetime | None = None
+    ignored: bool = False  # the event had no effect on this state (e.g. a stale timer)
+    effects: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def duplicate_prevented(self) -> bool:
+        return self.refusal in DUPLICATE_PREVENTING
+
+
+def directive(snapshot: Snapshot, *, reason: str = "", not_before: datetime | None = None) -> dict:
+    """What the agent runtime may do now, from the state alone (never from free text)."""
+    if snapshot.state is None:
+        # A step refused before it existed (its tool is halted): wait.
+        return {"action": "wait", "may_write": False, "not_before": not_before, "reason": reason}
+    state = snapshot.state
+    action = ACTION[state]
+    if not_before is None:
+        if state is State.WAITING_RETRY:
+            not_before = snapshot.not_before
+        elif state is State.VERIFYING:
+            not_before = snapshot.trusted_after
+    return {
+        "action": action,
+        "may_write": action == "proceed",
+        "not_before": not_before,
+        "reason": reason or snapshot.reason,
+    }
+
+
+def _enter(before: Snapshot, state: State, reason: str, **changes) -> Snapshot:
+    """The snapshot after entering `state`: timers of the old state are cleared."""
+    base = {
+        "not_before": None,
+        "trusted_after": None,
+        "deadline": None,
+        "expires_at": None,
+    }
+    if state is not State.RETRY_READY:
+        base["approval_fingerprint"] = ""
+    base.update(changes)
+    return replace(before, state=state, reason=reason, **base)
+
+
+def _moved(before: Snapshot, after: Snapshot, **kwargs) -> Outcome:
+    changed = (after.state, after.reason) != (before.state, before.reason)
+    return Outcome(after=after, changed=changed, **kwargs)
+
+
+def _unchanged(before: Snapshot, **kwargs) -> Outcome:
+    return Outcome(after=before, changed=False, **kwargs)
+
+
+def advance(before: Snapshot, event: Event, now: datetime) -> Outcome:
+    """Apply one event to one step."""
+    if isinstance(event, EnvelopeArrived):
+        return _on_envelope(before, event, now)
+    if isinstance(event, EnvelopeRejected):
+        return _on_rejected_envelope(before)
+    if isinstance(event, AttemptRequested):
+        return _on_attempt(before, event, now)
+    if isinstance(event, VerificationReported):
+        return _on_verification(before, event, now)
+    if isinstance(event, TimerFired):
+        return _on_timer(before, event, now)
+    if isinstance(event, ReviewerActed):
+        return _on_reviewer(before, event)
+    raise TypeError(f"unknown event {event!r}")
+
+
+def _on_envelope(before: Snapshot, event: EnvelopeArrived, now: datetime) -> Outcome:
+    if before.state in TERMINAL:
+        return _unchanged(before, directive_reason="step_closed", ignored=True)
+    attempts = max(before.attempts, event.attempt or 0)
+    reported = replace(before, attempts=attempts, last_attempt_reported=True)
+    occurred_at = event.occurred_at or now
+
+    if event.ok or event.commit_state == "committed":
+        return _moved(before, _enter(reported, State.SUCCEEDED, "committed"))
+
+    action = event.next_action or "escalate"
+    if action in _RETRYING_ACTIONS and (event.max_attempts_remaining == 0 or attempts >= before.max_attempts):
+        after = _enter(reported, State.ESCALATED, "attempt_budget_exhausted")
+        return _moved(before, after, effects=("attempt_budget_exhausted",))
+
+    state, reason = _NEXT_ACTION_TARGET[action]
+    changes: dict = {}
+    if state is State.WAITING_RETRY:
+        changes["not_before"] = event.not_before or now
+    elif state is State.VERIFYING:
+        changes["trusted_after"] = occurred_at + timedelta(seconds=event.consistency_window_s)
+        changes["deadline"] = occurred_at + timedelta(seconds=event.verification_deadline_s)
+    elif state is State.AWAITING_APPROVAL:
+        changes["expires_at"] = now + timedelta(seconds=event.approval_ttl_s)
+        # Approval is bound to the input of the attempt that asked for it, if any.
+        changes["approval_fingerprint"] = before.last_fingerprint if before.attempts else ""
+    after = _enter(reported, state, reason, **changes)
+    if after == before:
+        return _unchanged(before)
+    # A repeated envelope into the same state refreshes its timers but is no new transition.
+    return _moved(before, after)
+
+
+def _on_rejected_envelope(before: Snapshot) -> Outcome:
+    if before.state in TERMINAL:
+        return _unchanged(before, directive_reason="step_closed", ignored=True)
+    after = _enter(before, State.ESCALATED, "malformed_envelope")
+    return _moved(before, after)
+
+
+def _refuse(before: Snapshot, code: str, *, after: Snapshot | None = None, **kwargs) -> Outcome:
+    target = after or before
+    return Outcome(
+        after=target,
+        changed=(target.state, target.reason) != (before.state, before.reason),
+        refusal=code,
+        directive_reason=code,
+        **kwargs,
+    )
+
+
+def _grant(before: Snapshot, fingerprint: str) -> Outcome:
+    after = _enter(
+        before,
+        State.IN_PROGRESS,
+        "attempt_granted",
+        attempts=before.attempts + 1,
+        last_fingerprint=fingerprint,
+        last_attempt_reported=False,
+    )
+    return Outcome(after=after, changed=True, granted=True)
+
+
+def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Outcome:
+    state = before.state
+    halted = before.halted_until is not None and before.halted_until > now
+    if state is None:
+        if halted:
+            # Nothing exists to hold: refuse without creating the step.
+            return _refuse(before, "tool_halted", retry_after=before.halted_until)
+        return _grant(before, event.fingerprint)
+    if state is State.SUCCEEDED:
+        return _refuse(before, "already_committed")
+    if state in TERMINAL:
+        return _refuse(before, "step_closed")
+    if state is State.VERIFYING:
+        return _refuse(before, "verification_required")
+    if state is State.IN_PROGRESS and not before.last_attempt_reported:
+        # The last granted attempt never reported back: its write may have happened.
+        after = _enter(
+            before,
+            State.VERIFYING,
+            "attempt_unreported",
+            trusted_after=now + timedelta(seconds=event.consistency_window_s),
+            deadline=now + timedelta(seconds=event.verification_deadline_s),
+        )
+        return _refuse(before, "verification_required", after=after)
+    if state is State.ESCALATED:
+        if before.reason == "attempt_budget_exhausted":
+            return _refuse(before, "attempt_budget_exhausted")
+        return _refuse(before, "escalated")
+    if state is State.AWAITING_APPROVAL:
+        return _refuse(before, "approval_pending")
+    if halted:
+        return _refuse(before, "tool_halted", retry_after=before.halted_until)
+    if state is State.WAITING_RETRY and before.not_before and before.not_before > now:
+        return _refuse(
+            before,
+            "retry_not_before",
+            retry_after=before.not_before,
+            directive_not_before=before.not_before,
+        )
+    if state is State.NEEDS_INPUT and before.attempts and event.fingerprint == before.last_fingerprint:
+        return _refuse(before, "identical_retry")
+    if state is State.RETRY_READY and before.approval_fingerprint and event.fingerprint != before.approval_fingerprint:
+        after = _enter(
+            before,
+            State.AWAITING_APPROVAL,
+            "approval_mismatch",
+            expires_at=now + timedelta(seconds=event.approval_ttl_s),
+            approval_fingerprint=before.approval_fingerprint,
+        )
+        return _refuse(before, "approval_mismatch", after=after)
+    # in_progress (reported), needs_input (changed input), retry_ready, waiting_retry past due.
+    return _grant(before, event.fingerprint)
+
+
+def _on_verification(before: Snapshot, event: VerificationReported, now: datetime) -> Outcome:
+    if before.state in TERMINAL:
+        return _unchanged(before, directive_reason="step_closed", ignored=True)
+    if event.outcome == "committed":
+        after = _enter(before, State.SUCCEEDED, "verified_committed", last_attempt_reported=True)
+        return _moved(before, after, effects=_resolved_by_verification(before))
+    if before.state is not State.VERIFYING:
+        # A lookup that finds nothing proves nothing outside a verification.
+        return _unchanged(before, ignored=True)
+    if event.outcome == "not_found":
+        if before.trusted_after and now < before.trusted_after:
+            return _unchanged(before, directive_not_before=before.trusted_after)
+        after = _enter(before, State.RETRY_READY, "verified_not_found", last_attempt_reported=True)
+        return _moved(before, after, effects=("resolved_by_verification",))
+    after = _enter(before, State.ESCALATED, "verification_unavailable")
+    return _moved(before, after)
+
+
+def _resolved_by_verification(before: Snapshot) -> tuple[str, ...]:
+    return ("resolved_by_verification",) if before.state is State.VERIFYING else ()
+
+
+def _on_timer(before: Snapshot, event: TimerFired, now: datetime) -> Outcome:
+    state = before.state
+    if state is None or TIMER_OF.get(state) != event.timer:
+        return _unchanged(before, ignored=True)
+    due = before.due_at
+    if due is None or due > now:
+        return _unchanged(before, ignored=True)
+    if state is State.WAITING_RETRY:
+        return _moved(before, _enter(before, State.RETRY_READY, "retry_window_open"))
+    if state is State.VERIFYING:
+        return _moved(before, _enter(before, State.ESCALATED, "verification_timeout"))
+    after = _enter(before, State.CANCELLED, "approval_expired")
+    return _moved(before, after, effects=("approval_expired",))
+
+
+def _on_reviewer(before: Snapshot, event: ReviewerActed) -> Outcome:
+    acts = REVIEWER_ACTS.get(before.state, {})  # type: ignore[arg-type]
+    if event.action not in acts:
+        return _unchanged(before, ignored=True)
+    state, reason = acts[event.action]
+    keep = {}
+    if state is State.RETRY_READY and event.action == "approve":
+        keep["approval_fingerprint"] = before.approval_fingerprint
+    after = _enter(before, state, reason, **keep)
+    if state is State.RETRY_READY:
+        after = replace(after, last_attempt_reported=True)
+    return _moved(before, after)
+
+
+def allowed_reviewer_actions(state: State | None) -> tuple[str, ...]:
+    return tuple(REVIEWER_ACTS.get(state, {}))  # type: ignore[arg-type]

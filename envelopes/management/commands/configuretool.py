@@ -1,0 +1,29 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from envelopes.configuration import ConfigurationError, parse_setting, tool_configure
+from envelopes.models import Team
+
+
+class Command(BaseCommand):
+    help = "Create or change a tool's settings: configuretool TEAM TOOL KEY=VALUE..."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("team")
+        parser.add_argument("tool")
+        parser.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+
+    def handle(self, *args, team: str, tool: str, settings: list[str], **options):  # type: ignore[no-untyped-def]
+        found = Team.objects.filter(slug=team).first()
+        if found is None:
+            raise CommandError(f"No team {team!r}.")
+        try:
+            values = {}
+            for pair in settings:
+                key, sep, raw = pair.partition("=")
+                if not sep:
+                    raise ConfigurationError(f"{pair!r} is not KEY=VALUE")
+                values[key] = parse_setting(key, raw)
+            configured = tool_configure(team=found, name=tool, settings=values)
+        except ConfigurationError as error:
+            raise CommandError(str(error)) from error
+        self.stdout.write(f"Configured {configured.name} for team {found.slug}")

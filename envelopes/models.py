@@ -1,0 +1,438 @@
+"""The agent side's data: teams, tools, steps and their append-only history."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .lifecycle import HELD, TERMINAL, Snapshot, State
+
+TOOL_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
+CODE_RE = r"^[A-Z][A-Z0-9_]{1,63}$"
+
+
+class Team(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """An agent runtime's credential. Only a SHA-256 of the key is stored; the prefix is shown."""
+
+    PREFIX_LENGTH = 11  # "hp_" + 8 characters
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+    @staticmethod
+    def hash_key(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @classmethod
+    def generate(cls) -> str:
+        return "hp_" + secrets.token_urlsafe(32)
+
+
+class ToolQuerySet(models.QuerySet["Tool"]):
+    def for_team(self, team: Team) -> ToolQuerySet:
+        return self.filter(team=team)
+
+    def halted(self, now: datetime | None = None) -> ToolQuerySet:
+        return self.filter(halted_until__gt=now or timezone.now())
+
+
+class Tool(models.Model):
+    """A named tool an agent calls, with the recovery settings of contract §1."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=100, validators=[RegexValidator(TOOL_NAME_RE)])
+    side_effects = models.BooleanField(default=True)
+    required_approvals = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(2)]
+    )
+    max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
+    consistency_window_s = models.PositiveIntegerField(default=300)
+    verification_deadline_s = models.PositiveIntegerField(default=3600)
+    approval_ttl_s = models.PositiveIntegerField(default=86400, validators=[MinValueValidator(1)])
+    halt_cooldown_s = models.PositiveIntegerField(default=300)
+    safe_detail_keys = models.JSONField(default=list, blank=True)
+    strict_codes = models.BooleanField(default=False)
+    # The circuit: open while halted_until is in the future (scope: service, contract §3).
+    halted_until = models.DateTimeField(null=True, blank=True)
+    halted_reason = models.CharField(max_length=64, blank=True)
+    halted_at = models.DateTimeField(null=True, blank=True)
+    audit_seq = models.PositiveIntegerField(default=0)
+    audit_head = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ToolQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="tool_unique_name_per_team"),
+            models.CheckConstraint(condition=Q(required_approvals__in=[1, 2]), name="tool_required_approvals_1_or_2"),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="tool_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(verification_deadline_s__gte=models.F("consistency_window_s")),
+                name="tool_deadline_not_below_window",
+            ),
+        ]
+        indexes = [
+            # The halted-tools queue and the sweep that closes elapsed circuits.
+            models.Index(fields=["halted_until"], name="tool_halted_idx", condition=Q(halted_until__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def is_halted(self, now: datetime | None = None) -> bool:
+        return self.halted_until is not None and self.halted_until > (now or timezone.now())
+
+
+class Category(models.TextChoices):
+    VALIDATION = "validation"
+    AUTHORIZATION = "authorization"
+    CONFLICT = "conflict"
+    DEPENDENCY = "dependency"
+    RATE_LIMIT = "rate_limit"
+    INTERNAL = "internal"
+
+
+class RetryClass(models.TextChoices):
+    TRANSIENT = "transient"
+    CORRECTABLE = "correctable"
+    ESCALATE = "escalate"
+    ABORT = "abort"
+
+
+class NextAction(models.TextChoices):
+    CORRECT_INPUT = "correct_input"
+    WAIT_AND_RETRY = "wait_and_retry"
+    VERIFY_OPERATION = "verify_operation"
+    REQUEST_APPROVAL = "request_approval"
+    ESCALATE = "escalate"
+    ABORT = "abort"
+
+
+class SideEffect(models.TextChoices):
+    NONE = "none"
+    BEFORE_COMMIT = "before_commit"
+    AFTER_COMMIT = "after_commit"
+    UNKNOWN = "unknown"
+
+
+class ErrorCode(models.Model):
+    """A documented error code: per tool, or team-wide when `tool` is empty."""
+
+    Category = Category
+    RetryClass = RetryClass
+    NextAction = NextAction
+    SideEffect = SideEffect
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="error_codes")
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, null=True, blank=True, related_name="error_codes")
+    code = models.CharField(max_length=64, validators=[RegexValidator(CODE_RE)])
+    category = models.CharField(max_length=16, choices=Category.choices)
+    retry_class = models.CharField(max_length=16, choices=RetryClass.choices)
+    next_action = models.CharField(max_length=20, choices=NextAction.choices)
+    side_effect = models.CharField(max_length=16, choices=SideEffect.choices, default="unknown")
+    description = models.TextField(blank=True)
+    hint = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool", "code"], condition=Q(tool__isnull=False), name="errorcode_unique_per_tool"
+            ),
+            models.UniqueConstraint(
+                fields=["team", "code"], condition=Q(tool__isnull=True), name="errorcode_unique_team_wide"
+            ),
+            models.CheckConstraint(condition=Q(category__in=Category.values), name="errorcode_category_valid"),
+            models.CheckConstraint(condition=Q(retry_class__in=RetryClass.values), name="errorcode_retry_class_valid"),
+            models.CheckConstraint(condition=Q(next_action__in=NextAction.values), name="errorcode_next_action_valid"),
+            models.CheckConstraint(condition=Q(side_effect__in=SideEffect.values), name="errorcode_side_effect_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class StepQuerySet(models.QuerySet["Step"]):
+    def for_team(self, team: Team) -> StepQuerySet:
+        return self.filter(team=team)
+
+    def held(self) -> StepQuerySet:
+        return self.filter(state__in=[s.value for s in HELD])
+
+    def due(self, now: datetime) -> StepQuerySet:
+        return self.filter(due_at__lte=now)
+
+
+class Step(models.Model):
+    """One agent operation, named by the agent's operation_ref, and where its recovery stands."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="steps")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="steps")
+    operation_ref = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=[(s.value, s.value) for s in State])
+    reason = models.CharField(max_length=40)
+    correlation_id = models.CharField(max_length=200, blank=True)
+    run_id = models.CharField(max_length=200, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_fingerprint = models.CharField(max_length=64, blank=True)
+    last_attempt_reported = models.BooleanField(default=True)
+    approval_fingerprint = models.CharField(max_length=64, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True)
+    trusted_after = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # The next timer of the current state (not_before, deadline or expiry), swept by beat.
+    due_at = models.DateTimeField(null=True, blank=True)
+    state_entered_at = models.DateTimeField(default=timezone.now)
+    last_envelope = models.ForeignKey("Envelope", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    version = models.PositiveIntegerField(default=1)
+    audit_seq = models.PositiveIntegerField(default=0)
+    audit_head = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = StepQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "operation_ref"], name="step_unique_operation_ref_per_team"),
+            models.CheckConstraint(condition=Q(state__in=[s.value for s in State]), name="step_state_valid"),
+        ]
+        indexes = [
+            # The review queues: held steps of a team by state, oldest first.
+            models.Index(
+                fields=["team", "state", "state_entered_at"],
+                name="step_held_queue_idx",
+                condition=Q(state__in=sorted(s.value for s in HELD)),
+            ),
+            # The timer sweep: steps whose due time has come.
+            models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
+            # GET /steps?tool=&state= and the tool page.
+            models.Index(fields=["team", "tool", "state"], name="step_team_tool_state_idx"),
+            # GET /steps (cursor over created_at, id).
+            models.Index(fields=["team", "-created_at", "-id"], name="step_team_created_idx"),
+            # Search and GET /steps?run_id=.
+            models.Index(fields=["team", "run_id"], name="step_team_run_idx"),
+            models.Index(fields=["team", "correlation_id"], name="step_team_correlation_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.operation_ref
+
+    @property
+    def held(self) -> bool:
+        return self.state in HELD
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            state=State(self.state),
+            reason=self.reason,
+            attempts=self.attempts,
+            max_attempts=self.tool.max_attempts,
+            last_fingerprint=self.last_fingerprint,
+            last_attempt_reported=self.last_attempt_reported,
+            approval_fingerprint=self.approval_fingerprint,
+            not_before=self.not_before,
+            trusted_after=self.trusted_after,
+            deadline=self.deadline,
+            expires_at=self.expires_at,
+            halted_until=self.tool.halted_until,
+        )
+
+
+class Attempt(models.Model):
+    """One permitted execution of a step's write, granted by the attempt gate."""
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    fingerprint = models.CharField(max_length=64)
+    run_id = models.CharField(max_length=200, blank=True)
+    correlation_id = models.CharField(max_length=200, blank=True)
+    granted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_number_per_step")]
+        ordering = ["number"]
+
+
+class Envelope(models.Model):
+    """One tool result posted for a step. Append-only; untrusted text is stored redacted."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="envelopes")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="envelopes")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="envelopes")
+    dialect = models.CharField(max_length=16, default="canonical")
+    ok = models.BooleanField()
+    code = models.CharField(max_length=64, blank=True)
+    category = models.CharField(max_length=16, blank=True)
+    commit_state = models.CharField(max_length=16, blank=True)
+    retry_directive = models.CharField(max_length=20, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True)
+    max_attempts_remaining = models.IntegerField(null=True, blank=True)
+    next_action = models.CharField(max_length=20, blank=True)
+    scope = models.CharField(max_length=16, blank=True)
+    resource_id = models.CharField(max_length=500, blank=True)
+    safe_details = models.JSONField(default=dict, blank=True)
+    dropped_detail_keys = models.JSONField(default=list, blank=True)
+    agent_message = models.TextField(blank=True)
+    user_message = models.TextField(blank=True)
+    correlation_id = models.CharField(max_length=200)
+    run_id = models.CharField(max_length=200, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    verification = models.JSONField(null=True, blank=True)
+    result_sha256 = models.CharField(max_length=64, blank=True)
+    result_size = models.PositiveIntegerField(null=True, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+    documented = models.BooleanField(default=True)
+    step_closed = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            # Metrics by tool and window; the tool page's undocumented codes.
+            models.Index(fields=["tool", "received_at"], name="envelope_tool_received_idx"),
+            models.Index(fields=["step", "received_at"], name="envelope_step_received_idx"),
+            models.Index(fields=["team", "correlation_id"], name="envelope_team_correlation_idx"),
+            models.Index(
+                fields=["team", "resource_id"],
+                name="envelope_team_resource_idx",
+                condition=~Q(resource_id=""),
+            ),
+        ]
+
+
+class Quarantine(models.Model):
+    """A payload that broke the contract: kept, redacted, with the rule it broke."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quarantined")
+    tool = models.ForeignKey(Tool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    tool_name = models.CharField(max_length=100, blank=True)
+    operation_ref = models.CharField(max_length=200, blank=True)
+    step = models.ForeignKey(Step, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    code = models.CharField(max_length=40)
+    errors = models.JSONField(default=list)
+    body = models.TextField(blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "-received_at"], name="quarantine_team_recent_idx")]
+
+
+class SkippedResource(models.Model):
+    """A resource the agent was told to skip (scope: resource), for its run's deliverable."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    run_id = models.CharField(max_length=200)
+    resource_id = models.CharField(max_length=500)
+    correlation_id = models.CharField(max_length=200)
+    code = models.CharField(max_length=64)
+    operation_ref = models.CharField(max_length=200)
+    envelope = models.ForeignKey(Envelope, on_delete=models.CASCADE, related_name="+")
+    occurred_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "run_id", "occurred_at"], name="skipped_run_idx")]
+
+
+class IdempotencyRecord(models.Model):
+    """The stored answer to a request sent with an Idempotency-Key, per team and endpoint."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    endpoint = models.CharField(max_length=40)
+    key = models.CharField(max_length=255)
+    body_sha256 = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)  # null while in flight
+    response = models.JSONField(null=True, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "endpoint", "key"], name="idempotency_unique_key")]
+
+
+class AuditEvent(models.Model):
+    """One link of a hash chain: every transition, refusal and decision, never edited.
+
+    Each step (and each tool, for its circuit) has its own chain, so unrelated steps never
+    wait on each other; AuditSeal rows chain the heads per team.
+    """
+
+    class Kind(models.TextChoices):
+        TRANSITION = "transition"
+        REFUSAL = "refusal"
+        DECISION = "decision"
+        CIRCUIT = "circuit"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    chain = models.CharField(max_length=40)  # "step:<id>" or "tool:<id>"
+    seq = models.PositiveIntegerField()
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, blank=True, related_name="audit_events")
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    actor = models.CharField(max_length=200)
+    before = models.CharField(max_length=20, blank=True)
+    after = models.CharField(max_length=20, blank=True)
+    reason = models.CharField(max_length=40, blank=True)
+    # Seconds the step spent in `before` when that state was held (pending-recovery metric).
+    held_seconds = models.FloatField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="audit_unique_link")]
+        indexes = [
+            # Metrics: transitions and refusals per tool and window.
+            models.Index(fields=["tool", "kind", "created_at"], name="audit_tool_kind_time_idx"),
+            models.Index(fields=["step", "seq"], name="audit_step_seq_idx"),
+        ]
+
+
+class AuditSeal(models.Model):
+    """A team-level link that records the heads of the chains that moved since the last seal."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    heads = models.JSONField(default=dict)  # {chain: [seq, hash]}
+    through_event_id = models.BigIntegerField(default=0)  # the last AuditEvent this seal covers
+    created_at = models.DateTimeField(default=timezone.now)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "seq"], name="auditseal_unique_link")]

@@ -1,0 +1,652 @@
+"""The envelope contract: parsing, dialects, consistency rules (CONTRACT.md section 2).
+
+The JSON Schema dicts below are the single source of truth for the shapes (they are also
+published in the OpenAPI document, so they stay plain JSON); Python adds what a schema cannot say
+readably: the consistency rules, the dialect normalisation, the safe_details allowlist, redaction.
+Pure Python, no Django, no database.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from hashlib import sha256
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError
+from jsonschema.validators import extend
+
+from envelopes.redaction import looks_like_instruction, redact
+
+DIALECTS = ("canonical", "compact", "mcp")
+CATEGORIES = ("validation", "authorization", "conflict", "dependency", "rate_limit", "internal")
+COMMIT_STATES = ("not_committed", "committed", "unknown")
+RETRY_DIRECTIVES = ("never", "after_delay", "after_input_fix")
+NEXT_ACTIONS = (
+    "correct_input", "wait_and_retry", "verify_operation", "request_approval", "escalate", "abort",
+)  # fmt: skip
+SCOPES = ("request", "resource", "service")
+COMPACT_CATEGORIES = {
+    "rate_limit": "rate_limit", "validation": "validation", "auth": "authorization",
+    "upstream": "dependency", "conflict": "conflict", "internal": "internal",
+}  # fmt: skip
+DEFAULT_SAFE_DETAIL_KEYS = frozenset(
+    {
+        "field", "allowed_values", "expected_format", "received_type", "retry_after",
+        "resource_version", "verification_tool", "limit", "constraint", "suggestion",
+    }
+)  # fmt: skip
+MAX_SAFE_DETAILS = 32
+
+TOOL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
+CODE_PATTERN = r"^[A-Z][A-Z0-9_]{1,63}$"
+# RFC 3339 `date-time`, offset required; the calendar (2026-02-30) is checked by a real parse.
+DATE_TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)"
+    r"(?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+# C0/C1 controls and the common invisible format characters; `_has_unprintable` completes this
+# with every Cc/Cf/Zl/Zp/Cs character (the pattern stays portable to ECMA 262 for OpenAPI).
+PRINTABLE_PATTERN = (
+    r"^[^\u0000-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E"
+    r"\u2060-\u206F\uFEFF\uFFF9-\uFFFB]*$"
+)
+# Postgres `integer`: counts and delays beyond it are nonsense, and would overflow a column or a
+# datetime.
+MAX_INT = 2_147_483_647
+
+_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _closed(properties: dict[str, Any], required: list[str], **extra: Any) -> dict[str, Any]:
+    """An object schema that rejects unknown fields: every fixed object in the contract is one."""
+    return {
+        "type": "object",
+        "required": required,
+        "properties": properties,
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+_IDENTIFIER = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": PRINTABLE_PATTERN}
+_DATE_TIME = {"type": "string", "pattern": DATE_TIME_PATTERN, "format": "date-time"}
+_TOOL = {"type": "string", "pattern": TOOL_PATTERN}
+_CODE = {"type": "string", "pattern": CODE_PATTERN}
+_COMMON = {
+    "tool": _TOOL,
+    "operation_ref": _IDENTIFIER,
+    "correlation_id": _IDENTIFIER,
+    "run_id": _IDENTIFIER,
+    "attempt": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+    "occurred_at": _DATE_TIME,
+}
+# Enums carry no `type`: a wrong value is one `enum` error naming the allowed values.
+_RETRY = _closed(
+    {
+        "directive": {"enum": list(RETRY_DIRECTIVES)},
+        "not_before": _DATE_TIME,
+        "max_attempts_remaining": {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+    },
+    ["directive", "max_attempts_remaining"],
+    **{
+        "if": {"properties": {"directive": {"const": "after_delay"}}, "required": ["directive"]},
+        "then": {"required": ["not_before"]},
+    },
+)
+_ERROR_FIELDS = {
+    "code": _CODE,
+    "category": {"enum": list(CATEGORIES)},
+    "commit_state": {"enum": list(COMMIT_STATES)},
+    "retry": _RETRY,
+    "next_action": {"enum": list(NEXT_ACTIONS)},
+    "scope": {"enum": list(SCOPES), "default": "request"},
+    "resource_id": _IDENTIFIER,
+    "safe_details": {  # a free-form map by design, so the one object that is not closed
+        "type": "object",
+        "maxProperties": MAX_SAFE_DETAILS,
+        "additionalProperties": {"type": ["string", "number", "boolean"], "maxLength": 500},
+    },
+    "agent_message": {"type": "string", "maxLength": 1000},
+    "user_message": {"type": "string", "maxLength": 500},
+}
+_VERIFICATION = _closed(
+    {"checked_at": _DATE_TIME, "evidence_ref": {"type": "string", "maxLength": 200}},
+    ["checked_at"],
+)
+_SUCCESS_FIELDS = {
+    "commit_state": {"enum": ["committed"]},
+    "verification": _VERIFICATION,
+    "result": {},
+}
+_ERROR_REQUIRED = [
+    "ok", "tool", "operation_ref", "code", "category", "commit_state", "retry", "next_action",
+]  # fmt: skip
+ERROR_ENVELOPE_SCHEMA = _closed(
+    {"ok": {"const": False}, **_COMMON, **_ERROR_FIELDS}, _ERROR_REQUIRED, title="Error envelope"
+)
+SUCCESS_ENVELOPE_SCHEMA = _closed(
+    {"ok": {"const": True}, **_COMMON, **_SUCCESS_FIELDS},
+    ["ok", "tool", "operation_ref", "commit_state"],
+    title="Success envelope",
+)
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "$schema": _SCHEMA_DIALECT,
+    "title": "Holdpoint envelope",
+    "oneOf": [ERROR_ENVELOPE_SCHEMA, SUCCESS_ENVELOPE_SCHEMA],
+}
+# The seed's compact shape plus the contract's fields. Its `code` is an enum of six values in the
+# seed, but the contract's rule for `code` is the pattern: any stable code is accepted (the tool's
+# catalog, not this schema, says which codes are documented).
+_COMPACT_FIELDS = {
+    "code": _CODE,
+    "category": {"enum": list(COMPACT_CATEGORIES)},
+    "retryable": {"type": "boolean"},
+    "retry_after_ms": {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+    "scope": {"enum": list(SCOPES)},
+    "resource_id": _IDENTIFIER,
+    "correlation_id": _IDENTIFIER,
+    "tool": _TOOL,
+    "operation_ref": _IDENTIFIER,
+    "run_id": _IDENTIFIER,
+    "commit_state": {"enum": list(COMMIT_STATES)},
+}
+_COMPACT_REQUIRED = [
+    "code", "category", "retryable", "scope", "correlation_id", "tool", "operation_ref",
+]  # fmt: skip
+COMPACT_SCHEMA = _closed(
+    _COMPACT_FIELDS, _COMPACT_REQUIRED, **{"$schema": _SCHEMA_DIALECT, "title": "Compact envelope"}
+)
+_MCP_FIELDS = {
+    # Content blocks are MCP's business: any object with a `type`.
+    "content": {"type": "array", "items": {"type": "object", "required": ["type"]}},
+    "isError": {"type": "boolean", "default": False},
+    "_meta": {"type": "object"},
+}
+# MCP `CallToolResult`; the envelope is `structuredContent`. An absent `isError` means false, as
+# in MCP, so an error envelope must say `isError: true`.
+MCP_SCHEMA = _closed(
+    {**_MCP_FIELDS, "structuredContent": {"oneOf": ENVELOPE_SCHEMA["oneOf"]}},
+    ["content", "structuredContent"],
+    **{"$schema": _SCHEMA_DIALECT, "title": "MCP CallToolResult carrying an envelope"},
+)
+# Validated here in two steps (the wrapper, then the envelope) so that errors name envelope fields.
+_MCP_WRAPPER_SCHEMA = _closed(
+    {**_MCP_FIELDS, "structuredContent": {"type": "object"}}, ["content", "structuredContent"]
+)
+# When `ok` is missing or not a boolean, neither branch applies: report `ok` and the common shape.
+_UNDECIDED_SCHEMA = _closed(
+    {
+        **_COMMON,
+        **_ERROR_FIELDS,
+        **_SUCCESS_FIELDS,
+        "ok": {"type": "boolean"},
+        "commit_state": {"enum": list(COMMIT_STATES)},
+    },
+    ["ok", "tool", "operation_ref"],
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    # ECMA 262 `$` is the end of the input; Python's also matches before a final newline, which
+    # would let "tool\n" through. `\Z` restores the ECMA meaning.
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
+def _pattern_keyword(
+    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_FORMATS = FormatChecker(formats=())
+
+
+@_FORMATS.checks("date-time")
+def _is_date_time(instance: object) -> bool:
+    # The shape is the pattern's job (one error per problem); this catches 2026-02-30 and the like.
+    if not isinstance(instance, str) or not _compiled(DATE_TIME_PATTERN).search(instance):
+        return True
+    return _parse_date_time(instance) is not None
+
+
+def _parse_date_time(value: str) -> datetime | None:
+    text = value.upper().replace("Z", "+00:00")
+    if "." in text:  # Python keeps microseconds; RFC 3339 allows any precision.
+        head, _, tail = text.partition(".")
+        digits = len(tail) - len(tail.lstrip("0123456789"))
+        text = f"{head}.{tail[: min(digits, 6)]}{tail[digits:]}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+
+
+_Validator = extend(Draft202012Validator, {"pattern": _pattern_keyword})
+_ERROR_VALIDATOR = _Validator(ERROR_ENVELOPE_SCHEMA, format_checker=_FORMATS)
+_SUCCESS_VALIDATOR = _Validator(SUCCESS_ENVELOPE_SCHEMA, format_checker=_FORMATS)
+_UNDECIDED_VALIDATOR = _Validator(_UNDECIDED_SCHEMA, format_checker=_FORMATS)
+_COMPACT_VALIDATOR = _Validator(COMPACT_SCHEMA, format_checker=_FORMATS)
+_MCP_VALIDATOR = _Validator(_MCP_WRAPPER_SCHEMA, format_checker=_FORMATS)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    rule: str
+    allowed: tuple[Any, ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"field": self.field, "rule": self.rule}
+        if self.allowed is not None:
+            answer["allowed"] = list(self.allowed)
+        return answer
+
+
+class EnvelopeRejected(Exception):
+    """A payload that breaks the contract: 422 `schema_invalid` or `contradictory_envelope`.
+
+    `tool` and `operation_ref` are whatever could be read validly, so the caller can escalate the
+    step and quarantine the payload under the right tool."""
+
+    def __init__(
+        self,
+        code: str,
+        errors: Iterable[FieldError],
+        *,
+        tool: str | None = None,
+        operation_ref: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.code = code
+        self.errors = tuple(errors)
+        self.tool = tool
+        self.operation_ref = operation_ref
+        if detail is None:
+            named = ", ".join(f"{error.field} ({error.rule})" for error in self.errors[:8])
+            more = f" and {len(self.errors) - 8} more" if len(self.errors) > 8 else ""
+            verb = "contradicts itself" if code == "contradictory_envelope" else "breaks the schema"
+            detail = f"The envelope {verb}: {named}{more}."
+        self.detail = detail
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What the compact dialect and the safe_details allowlist need from the tool and the step."""
+
+    max_attempts: int = 3
+    side_effects: bool = True
+    attempts_so_far: int = 0
+    safe_detail_keys: frozenset[str] = frozenset()
+    default_backoff_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class ParsedEnvelope:
+    dialect: str
+    ok: bool
+    tool: str
+    operation_ref: str
+    correlation_id: str | None
+    run_id: str | None
+    attempt: int | None
+    occurred_at: datetime
+    code: str | None
+    category: str | None
+    commit_state: str
+    retry_directive: str | None
+    not_before: datetime | None
+    max_attempts_remaining: int | None
+    next_action: str | None
+    scope: str | None
+    resource_id: str | None
+    safe_details: dict[str, str | int | float | bool] = field(default_factory=dict)
+    dropped_detail_keys: tuple[str, ...] = ()
+    agent_message: str = ""
+    user_message: str = ""
+    verification: dict[str, str] | None = None
+    result_sha256: str | None = None
+    result_size: int | None = None
+    flags: frozenset[str] = frozenset()
+    redaction_kinds: tuple[str, ...] = ()
+
+
+def dialect_from_content_type(content_type: str) -> str:
+    """`application/json; profile="compact"` -> `compact`; no profile -> `canonical`. The media
+    type itself is the request parser's business (415), not this function's."""
+    profile: str | None = None
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "profile":
+            profile = value.strip().strip('"').strip().lower()
+    if profile is None:
+        return "canonical"
+    if profile in DIALECTS:
+        return profile
+    raise EnvelopeRejected(
+        "schema_invalid",
+        (FieldError("Content-Type", "enum", DIALECTS),),
+        detail=f"Unknown envelope profile; expected one of {', '.join(DIALECTS)}.",
+    )
+
+
+def identify(payload: Any, dialect: str) -> tuple[str | None, str | None]:
+    """The (tool, operation_ref) that can be read validly, without validating the rest."""
+    body = payload
+    if dialect == "mcp" and isinstance(payload, dict):
+        body = payload.get("structuredContent")
+    if not isinstance(body, dict):
+        return None, None
+    tool, operation_ref = body.get("tool"), body.get("operation_ref")
+    valid_tool = isinstance(tool, str) and _compiled(TOOL_PATTERN).search(tool) is not None
+    return (tool if valid_tool else None), (operation_ref if _is_identifier(operation_ref) else None)
+
+
+def _is_identifier(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= 200
+        and _compiled(PRINTABLE_PATTERN).search(value) is not None
+        and not _has_unprintable(value)
+    )
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _has_unprintable(value: str) -> bool:
+    return not value.isprintable() and any(unicodedata.category(c) in _UNPRINTABLE for c in value)
+
+
+def parse_envelope(payload: Any, *, dialect: str, context: ToolContext, received_at: datetime) -> ParsedEnvelope:
+    """Validate, normalise and sanitise one envelope; raise `EnvelopeRejected` if it breaks the
+    contract (shape errors win over contradictions)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    if received_at.tzinfo is None:
+        raise ValueError("received_at must be timezone-aware")
+    tool, operation_ref = identify(payload, dialect)
+
+    def reject(code: str, errors: list[FieldError], detail: str | None = None) -> EnvelopeRejected:
+        ordered = sorted(set(errors), key=lambda e: (e.field, e.rule))
+        return EnvelopeRejected(code, ordered, tool=tool, operation_ref=operation_ref, detail=detail)
+
+    if dialect == "mcp":
+        envelope, errors = _unwrap_mcp(payload)
+    elif dialect == "compact":
+        errors = _shape_errors(_COMPACT_VALIDATOR, payload)
+        envelope = _normalise_compact(payload, context, received_at) if not errors else {}
+    else:
+        envelope, errors = payload, _canonical_shape_errors(payload)
+    result: bytes | None = None
+    if not errors and "result" in envelope:
+        try:
+            result = _canonical_json(envelope["result"])
+        except (RecursionError, TypeError, ValueError):
+            errors = [FieldError("result", "maxDepth")]
+    if errors:
+        raise reject("schema_invalid", errors)
+
+    contradictions, reasons = _contradictions(envelope)
+    subject = "The envelope"
+    if dialect == "compact":
+        contradictions = [
+            FieldError("retryable" if e.field in _FROM_RETRYABLE else e.field, e.rule) for e in contradictions
+        ]
+        subject = "The compact envelope, once normalised,"
+    if dialect == "mcp" and payload.get("isError", False) is envelope["ok"]:
+        contradictions.append(FieldError("isError", "mismatch"))
+        reasons.append("isError must be the opposite of structuredContent.ok")
+    if contradictions:
+        detail = f"{subject} contradicts itself: {'; '.join(reasons)}."
+        raise reject("contradictory_envelope", contradictions, detail)
+    return _build(envelope, dialect, context, received_at, result)
+
+
+def _canonical_shape_errors(body: Any) -> list[FieldError]:
+    ok = body.get("ok") if isinstance(body, dict) else None
+    validator = _ERROR_VALIDATOR if ok is False else _UNDECIDED_VALIDATOR
+    return _shape_errors(_SUCCESS_VALIDATOR if ok is True else validator, body)
+
+
+def _unwrap_mcp(payload: Any) -> tuple[dict[str, Any], list[FieldError]]:
+    errors = _shape_errors(_MCP_VALIDATOR, payload, envelope=False)
+    inner = payload.get("structuredContent") if isinstance(payload, dict) else None
+    if isinstance(inner, dict):
+        errors += _canonical_shape_errors(inner)
+        return inner, errors
+    return {}, errors
+
+
+def _shape_errors(validator: Any, body: Any, *, envelope: bool = True) -> list[FieldError]:
+    if not isinstance(body, dict):
+        return [FieldError("body", "type")]
+    errors = [e for error in validator.iter_errors(body) for e in _field_errors(error)]
+    if not envelope:
+        return errors
+    # What the portable pattern cannot say: every unprintable category, for every identifier.
+    for name in ("operation_ref", "correlation_id", "run_id", "resource_id"):
+        value = body.get(name)
+        if isinstance(value, str) and _has_unprintable(value):
+            errors.append(FieldError(name, "pattern"))
+    details = body.get("safe_details")
+    if isinstance(details, dict):
+        for key, value in details.items():
+            if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN
+                errors.append(FieldError(_path(["safe_details", key]), "type"))
+    return errors
+
+
+def _field_errors(error: ValidationError) -> Iterator[FieldError]:
+    path = list(error.absolute_path)
+    keyword = str(error.validator)
+    instance = error.instance
+    if keyword == "required" and isinstance(instance, dict):
+        for name in error.validator_value:
+            if name not in instance:
+                yield FieldError(_path([*path, name]), "required")
+    elif keyword == "additionalProperties" and isinstance(instance, dict):
+        known = error.schema.get("properties", {})
+        for name in instance:
+            if name not in known:
+                yield FieldError(_path([*path, name]), "additionalProperties")
+    elif keyword in ("enum", "const"):
+        allowed = error.validator_value if keyword == "enum" else [error.validator_value]
+        yield FieldError(_path(path), "enum", tuple(allowed))
+    else:
+        yield FieldError(_path(path), keyword)
+
+
+def _path(parts: list[Any]) -> str:
+    """Dotted field name; names the sender chose are redacted and shortened, since they are
+    echoed back and stored with the quarantined payload."""
+    if not parts:
+        return "body"
+    return ".".join(_safe_name(part) for part in parts)
+
+
+def _safe_name(name: object) -> str:
+    text = redact(str(name)).text
+    # One line, storable (no lone surrogates): escape anything invisible.
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+def _canonical_json(value: Any) -> bytes:
+    # Lone surrogates (legal in a JSON string escape, not in UTF-8) pass through rather than fail.
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _normalise_compact(body: Mapping[str, Any], context: ToolContext, received_at: datetime) -> dict[str, Any]:
+    """The compact shape as a canonical error envelope (contract section 2, Dialects)."""
+    if body["retryable"]:
+        delay_ms = body.get("retry_after_ms", context.default_backoff_ms)
+        retry = {
+            "directive": "after_delay",
+            "not_before": received_at + timedelta(milliseconds=delay_ms),
+            "max_attempts_remaining": max(0, context.max_attempts - context.attempts_so_far),
+        }
+        next_action, default_commit_state = "wait_and_retry", "not_committed"
+    else:
+        retry = {"directive": "never", "max_attempts_remaining": 0}
+        next_action = "escalate"
+        default_commit_state = "unknown" if context.side_effects else "not_committed"
+    envelope = {
+        "ok": False,
+        "code": body["code"],
+        "category": COMPACT_CATEGORIES[body["category"]],
+        "commit_state": body.get("commit_state", default_commit_state),
+        "retry": retry,
+        "next_action": next_action,
+        "occurred_at": received_at,
+    }
+    for name in ("tool", "operation_ref", "correlation_id", "run_id", "scope", "resource_id"):
+        if name in body:
+            envelope[name] = body[name]
+    return envelope
+
+
+# In the compact dialect the retry fields and next_action all come from `retryable`.
+_FROM_RETRYABLE = {
+    "retry.directive",
+    "retry.not_before",
+    "retry.max_attempts_remaining",
+    "next_action",
+}
+
+
+# Contract section 2, "Consistency rules": when `field` has one of `values`, `then` must have one
+# of `then_values` (None: must be present).
+_CONSISTENCY_RULES: tuple[tuple[str, tuple[str, ...], str, tuple[Any, ...] | None], ...] = (
+    ("commit_state", ("unknown",), "retry.directive", ("never",)),
+    ("commit_state", ("unknown",), "next_action", ("verify_operation", "escalate")),
+    ("next_action", ("wait_and_retry",), "retry.directive", ("after_delay",)),
+    ("next_action", ("wait_and_retry",), "retry.not_before", None),
+    ("next_action", ("wait_and_retry",), "commit_state", ("not_committed",)),
+    ("next_action", ("correct_input",), "retry.directive", ("after_input_fix",)),
+    ("next_action", ("correct_input",), "commit_state", ("not_committed",)),
+    ("retry.directive", ("never",), "retry.max_attempts_remaining", (0,)),
+    ("scope", ("resource",), "resource_id", None),
+    ("commit_state", ("committed",), "retry.directive", ("never",)),
+    ("next_action", ("request_approval",), "commit_state", ("not_committed",)),
+)
+
+
+def _contradictions(envelope: Mapping[str, Any]) -> tuple[list[FieldError], list[str]]:
+    """The broken consistency rules: one FieldError per field involved, one reason per rule."""
+    if envelope.get("ok") is not False:
+        return [], []
+    retry = envelope["retry"]
+    values = {
+        "commit_state": envelope["commit_state"],
+        "next_action": envelope["next_action"],
+        "scope": envelope.get("scope", "request"),
+        "resource_id": envelope.get("resource_id"),
+        "retry.directive": retry["directive"],
+        "retry.not_before": retry.get("not_before"),
+        "retry.max_attempts_remaining": retry["max_attempts_remaining"],
+    }
+    errors: list[FieldError] = []
+    reasons: list[str] = []
+    for when, when_values, then, then_values in _CONSISTENCY_RULES:
+        if values[when] not in when_values:
+            continue
+        if values[then] in then_values if then_values is not None else values[then]:
+            continue
+        errors += [FieldError(when, "consistency"), FieldError(then, "consistency")]
+        wanted = " or ".join(map(str, then_values)) if then_values is not None else "set"
+        reasons.append(f"{when} {values[when]} requires {then} {wanted}")
+    return errors, reasons
+
+
+def _build(
+    envelope: Mapping[str, Any],
+    dialect: str,
+    context: ToolContext,
+    received_at: datetime,
+    result: bytes | None,
+) -> ParsedEnvelope:
+    kinds: set[str] = set()
+    suspicious: list[bool] = []
+
+    def clean(text: str) -> str:
+        """Untrusted text as it may be stored: redacted, and checked for instructions."""
+        text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be stored
+        suspicious.append(looks_like_instruction(text))
+        redacted = redact(text)
+        kinds.update(redacted.kinds)
+        return redacted.text
+
+    safe_details: dict[str, str | int | float | bool] = {}
+    dropped: list[str] = []
+    allowlist = DEFAULT_SAFE_DETAIL_KEYS | context.safe_detail_keys
+    for key, value in envelope.get("safe_details", {}).items():
+        if key in allowlist:
+            safe_details[key] = clean(value) if isinstance(value, str) else value
+        else:  # never stored, but a name can hold a secret too, and it is echoed back
+            suspicious.append(isinstance(value, str) and looks_like_instruction(value))
+            dropped.append(clean(key))
+    verification = envelope.get("verification")
+    if verification is not None:
+        evidence_ref = verification.get("evidence_ref")
+        verification = {
+            "checked_at": _as_datetime(verification["checked_at"]).isoformat(),
+            "evidence_ref": clean(evidence_ref) if evidence_ref is not None else None,
+        }
+    ok, retry = envelope["ok"], envelope.get("retry", {})
+    attempt, resource_id = envelope.get("attempt"), envelope.get("resource_id")
+    remaining, not_before = retry.get("max_attempts_remaining"), retry.get("not_before")
+    agent_message = clean(envelope.get("agent_message", ""))
+    user_message = clean(envelope.get("user_message", ""))
+    resource_id = clean(resource_id) if resource_id is not None else None
+    flags = {"redacted"} if kinds else set()
+    return ParsedEnvelope(
+        dialect=dialect,
+        ok=ok,
+        tool=envelope["tool"],
+        operation_ref=envelope["operation_ref"],
+        correlation_id=envelope.get("correlation_id"),
+        run_id=envelope.get("run_id"),
+        attempt=int(attempt) if attempt is not None else None,
+        occurred_at=_as_datetime(envelope.get("occurred_at", received_at)),
+        code=envelope.get("code"),
+        category=envelope.get("category"),
+        commit_state=envelope["commit_state"],
+        retry_directive=retry.get("directive"),
+        not_before=_as_datetime(not_before) if not_before is not None else None,
+        max_attempts_remaining=int(remaining) if remaining is not None else None,
+        next_action=envelope.get("next_action"),
+        scope=None if ok else envelope.get("scope", "request"),
+        resource_id=resource_id,
+        safe_details=safe_details,
+        dropped_detail_keys=tuple(sorted(dropped)),
+        agent_message=agent_message,
+        user_message=user_message,
+        verification=verification,
+        result_sha256=sha256(result).hexdigest() if result is not None else None,
+        result_size=len(result) if result is not None else None,
+        flags=frozenset(flags | {"suspicious_text"} if any(suspicious) else flags),
+        redaction_kinds=tuple(sorted(kinds)),
+    )
+
+
+def _as_datetime(value: str | datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    parsed = _parse_date_time(value)
+    if parsed is None:  # the schema's format check ran first; this is a programming error
+        raise ValueError(f"not an RFC 3339 date-time: {value!r}")
+    return parsed

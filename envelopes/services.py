@@ -1,0 +1,812 @@
+"""Every write of the agent side, and the one place where step transitions are applied.
+
+Each function runs in one transaction: it locks the step row, asks `lifecycle.advance` what
+happens, saves the answer, appends the audit link and writes the webhook outbox rows. Views,
+tasks, commands and the approvals app call these; nothing else sets `step.state`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from webhooks.outbox import event_emit
+
+from . import lifecycle, schema
+from .audit import audit_append
+from .lifecycle import HELD, Outcome, Snapshot, State
+from .models import (
+    Attempt,
+    AuditEvent,
+    Envelope,
+    ErrorCode,
+    Quarantine,
+    SkippedResource,
+    Step,
+    Team,
+    Tool,
+)
+from .presenters import rfc3339, step_representation
+from .redaction import redact
+
+QUARANTINE_BODY_LIMIT = 64 * 1024
+AGENT = "agent"
+SYSTEM = "system"
+
+
+class HoldpointError(Exception):
+    """An error the API answers as problem+json with a stable code."""
+
+    status = 400
+    code = "bad_request"
+    title = "Bad request"
+
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class StepNotFound(HoldpointError):
+    status, code, title = 404, "not_found", "No such step"
+
+
+class ToolNotFound(HoldpointError):
+    status, code, title = 404, "not_found", "No such tool"
+
+
+class ToolMismatch(HoldpointError):
+    status, code, title = 409, "tool_mismatch", "The step belongs to another tool"
+
+
+class AttemptRefused(HoldpointError):
+    status, title = 409, "Attempt refused"
+
+    def __init__(
+        self, code: str, detail: str, *, step: Step | None, directive: dict, retry_after: datetime | None
+    ) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.step = step
+        self.directive = directive
+        self.retry_after = retry_after
+
+
+class EnvelopeInvalid(HoldpointError):
+    status, title = 422, "The envelope breaks the contract"
+
+    def __init__(self, rejected: schema.EnvelopeRejected) -> None:
+        super().__init__(rejected.detail)
+        self.code = rejected.code
+        self.errors = [error.as_dict() for error in rejected.errors]
+
+
+# --- reading helpers ---------------------------------------------------------------------------
+
+
+def tool_get_or_register(*, team: Team, name: str) -> Tool:
+    """The team's tool of that name, registered with defaults the first time it is named."""
+    tool = Tool.objects.filter(team=team, name=name).first()
+    if tool is not None:
+        return tool
+    try:
+        with transaction.atomic():
+            return Tool.objects.create(team=team, name=name)
+    except IntegrityError:
+        return Tool.objects.get(team=team, name=name)
+
+
+def _lock_step(team: Team, operation_ref: str) -> Step | None:
+    return (
+        Step.objects.select_related("tool", "last_envelope")
+        .select_for_update(of=("self",))
+        .filter(team=team, operation_ref=operation_ref)
+        .first()
+    )
+
+
+def code_is_documented(*, tool: Tool, code: str) -> bool:
+    return ErrorCode.objects.filter(Q(tool=tool) | Q(tool__isnull=True), team_id=tool.team_id, code=code).exists()
+
+
+# --- applying the machine ------------------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    step: Step | None  # None: the event was refused before any step existed
+    outcome: Outcome
+    created: bool = False
+    audit_events: list[AuditEvent] = field(default_factory=list)
+
+
+def _copy_snapshot(step: Step, after: Snapshot) -> None:
+    step.state = after.state.value if after.state else step.state
+    step.reason = after.reason
+    step.attempts = after.attempts
+    step.last_fingerprint = after.last_fingerprint
+    step.last_attempt_reported = after.last_attempt_reported
+    step.approval_fingerprint = after.approval_fingerprint
+    step.not_before = after.not_before
+    step.trusted_after = after.trusted_after
+    step.deadline = after.deadline
+    step.expires_at = after.expires_at
+    step.due_at = after.due_at
+
+
+def _record(
+    step: Step,
+    before: Snapshot,
+    outcome: Outcome,
+    *,
+    actor: str,
+    cause: str,
+    now: datetime,
+    data: dict[str, Any] | None = None,
+) -> list[AuditEvent]:
+    """Audit the refusal and the transition an outcome carries, and queue their webhooks."""
+    events = []
+    if outcome.refusal:
+        events.append(
+            audit_append(
+                holder=step,
+                kind=AuditEvent.Kind.REFUSAL,
+                actor=actor,
+                before=step.state if not outcome.changed else (before.state or ""),
+                after=step.state if not outcome.changed else (before.state or ""),
+                reason=outcome.refusal,
+                data={"duplicate_prevented": outcome.duplicate_prevented, **(data or {})},
+                now=now,
+            )
+        )
+    if outcome.changed:
+        held_seconds = None
+        if before.state in HELD and before.state != outcome.after.state:
+            held_seconds = max(0.0, (now - step.state_entered_at).total_seconds())
+        if before.state != outcome.after.state:
+            step.state_entered_at = now
+        events.append(
+            audit_append(
+                holder=step,
+                kind=AuditEvent.Kind.TRANSITION,
+                actor=actor,
+                before=before.state.value if before.state else "",
+                after=step.state,
+                reason=step.reason,
+                held_seconds=held_seconds,
+                data={"cause": cause, "effects": list(outcome.effects), **(data or {})},
+                now=now,
+            )
+        )
+    return events
+
+
+def _save(step: Step, now: datetime) -> None:
+    step.updated_at = now
+    step.version += 1
+    step.save()
+
+
+def _emit_state_changed(step: Step, cause: str) -> None:
+    event_emit(
+        team_id=step.team_id,
+        event_type="step.state_changed",
+        data=lambda: {"step": step_representation(step), "cause": cause},
+        step_id=step.pk,
+    )
+
+
+def _apply_to_new_or_locked(
+    *,
+    team: Team,
+    tool: Tool,
+    operation_ref: str,
+    event: lifecycle.Event,
+    actor: str,
+    cause: str,
+    now: datetime,
+    correlation_id: str = "",
+    run_id: str = "",
+    must_exist: bool = False,
+) -> Applied:
+    """Lock the step (creating it if the event may create it) and apply the event."""
+    step = _lock_step(team, operation_ref)
+    if step is None:
+        if must_exist:
+            raise StepNotFound(f"No step {operation_ref!r} in this team.")
+        before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
+        outcome = lifecycle.advance(before, event, now)
+        if outcome.after.state is None:
+            return Applied(step=None, outcome=outcome)
+        step = Step(
+            team=team,
+            tool=tool,
+            operation_ref=operation_ref,
+            correlation_id=correlation_id,
+            run_id=run_id,
+            state=outcome.after.state.value,
+            reason=outcome.after.reason,
+            created_at=now,
+            updated_at=now,
+            state_entered_at=now,
+        )
+        _copy_snapshot(step, outcome.after)
+        try:
+            with transaction.atomic():
+                step.save(force_insert=True)
+        except IntegrityError:
+            # Another request created it first: apply the event to that step instead.
+            step = _lock_step(team, operation_ref)
+            assert step is not None
+        else:
+            audit = _record(step, before, outcome, actor=actor, cause=cause, now=now)
+            return Applied(step=step, outcome=outcome, created=True, audit_events=audit)
+    if step.tool_id != tool.pk:
+        raise ToolMismatch(f"Step {operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}.")
+    step.tool = tool  # the caller's fresh copy (circuit state)
+    before = step.snapshot()
+    outcome = lifecycle.advance(before, event, now)
+    _copy_snapshot(step, outcome.after)
+    if not step.correlation_id and correlation_id:
+        step.correlation_id = correlation_id
+    if not step.run_id and run_id:
+        step.run_id = run_id
+    audit = _record(step, before, outcome, actor=actor, cause=cause, now=now)
+    return Applied(step=step, outcome=outcome, audit_events=audit)
+
+
+# --- envelopes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestAnswer:
+    envelope: Envelope
+    step: Step
+    directive_reason: str
+    directive_not_before: datetime | None
+    dropped_detail_keys: tuple[str, ...]
+    flags: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        step = step_representation(
+            self.step,
+            directive_reason=self.directive_reason,
+            directive_not_before=self.directive_not_before,
+        )
+        return {
+            "envelope_id": self.envelope.pk,
+            "correlation_id": self.envelope.correlation_id,
+            "step": step,
+            "directive": step["directive"],
+            "dropped_detail_keys": list(self.dropped_detail_keys),
+            "flags": list(self.flags),
+        }
+
+
+def _quarantine_body(raw_body: bytes) -> str:
+    text = raw_body[:QUARANTINE_BODY_LIMIT].decode("utf-8", errors="replace")
+    return redact(text).text
+
+
+def envelope_quarantine(
+    *,
+    team: Team,
+    tool_name: str | None,
+    operation_ref: str | None,
+    code: str,
+    errors: list[dict[str, Any]],
+    raw_body: bytes,
+    now: datetime | None = None,
+) -> Quarantine:
+    """Keep a payload that broke the contract and escalate the step it names."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        tool = tool_get_or_register(team=team, name=tool_name) if tool_name else None
+        step = None
+        if tool is not None and operation_ref:
+            try:
+                applied = _apply_to_new_or_locked(
+                    team=team,
+                    tool=tool,
+                    operation_ref=operation_ref,
+                    event=lifecycle.EnvelopeRejected(),
+                    actor=AGENT,
+                    cause="malformed_envelope",
+                    now=now,
+                )
+            except ToolMismatch:
+                applied = None
+            if applied is not None:
+                step = applied.step
+                if applied.outcome.changed:
+                    _save(step, now)
+                    _emit_state_changed(step, "malformed_envelope")
+        return Quarantine.objects.create(
+            team=team,
+            tool=tool,
+            tool_name=tool_name or "",
+            operation_ref=operation_ref or "",
+            step=step,
+            code=code,
+            errors=errors,
+            body=_quarantine_body(raw_body),
+            received_at=now,
+        )
+
+
+def _rejected(team: Team, rejected: schema.EnvelopeRejected, raw_body: bytes, now: datetime) -> EnvelopeInvalid:
+    invalid = EnvelopeInvalid(rejected)
+    envelope_quarantine(
+        team=team,
+        tool_name=rejected.tool,
+        operation_ref=rejected.operation_ref,
+        code=invalid.code,
+        errors=invalid.errors,
+        raw_body=raw_body,
+        now=now,
+    )
+    return invalid
+
+
+def envelope_ingest(
+    *, team: Team, payload: Any, dialect: str, raw_body: bytes, now: datetime | None = None
+) -> IngestAnswer:
+    """Validate, redact and store one envelope, and move its step (contract §2, §3)."""
+    now = now or timezone.now()
+    tool_name, operation_ref = schema.identify(payload, dialect)
+    tool = tool_get_or_register(team=team, name=tool_name) if tool_name else None
+    attempts_so_far = 0
+    if tool is not None and operation_ref and dialect == "compact":
+        attempts_so_far = (
+            Step.objects.filter(team=team, operation_ref=operation_ref).values_list("attempts", flat=True).first() or 0
+        )
+    context = schema.ToolContext(
+        max_attempts=tool.max_attempts if tool else 3,
+        side_effects=tool.side_effects if tool else True,
+        attempts_so_far=attempts_so_far,
+        safe_detail_keys=frozenset(tool.safe_detail_keys) if tool else frozenset(),
+    )
+    try:
+        parsed = schema.parse_envelope(payload, dialect=dialect, context=context, received_at=now)
+    except schema.EnvelopeRejected as rejected:
+        raise _rejected(team, rejected, raw_body, now) from rejected
+    assert tool is not None
+
+    flags = set(parsed.flags)
+    documented = True
+    if not parsed.ok:
+        documented = code_is_documented(tool=tool, code=parsed.code)
+        if not documented:
+            if tool.strict_codes:
+                rejected = schema.EnvelopeRejected(
+                    code="undocumented_code",
+                    errors=(schema.FieldError("code", "documented"),),
+                    tool=parsed.tool,
+                    operation_ref=parsed.operation_ref,
+                    detail=f"{parsed.code} is not in the catalog of {tool.name}, which refuses undocumented codes.",
+                )
+                raise _rejected(team, rejected, raw_body, now)
+            flags.add("undocumented_code")
+
+    correlation_id = parsed.correlation_id or str(uuid.uuid4())
+    event = lifecycle.EnvelopeArrived(
+        ok=parsed.ok,
+        commit_state=parsed.commit_state,
+        next_action=parsed.next_action,
+        max_attempts_remaining=parsed.max_attempts_remaining,
+        not_before=parsed.not_before,
+        attempt=parsed.attempt,
+        occurred_at=parsed.occurred_at,
+        consistency_window_s=tool.consistency_window_s,
+        verification_deadline_s=tool.verification_deadline_s,
+        approval_ttl_s=tool.approval_ttl_s,
+    )
+    try:
+        with transaction.atomic():
+            answer = _envelope_store(
+                team=team,
+                tool=tool,
+                parsed=parsed,
+                flags=flags,
+                documented=documented,
+                correlation_id=correlation_id,
+                event=event,
+                now=now,
+            )
+    except ToolMismatch:
+        envelope_quarantine(
+            team=team,
+            tool_name=None,
+            operation_ref=None,
+            code="tool_mismatch",
+            errors=[{"field": "tool", "rule": "tool_mismatch"}],
+            raw_body=raw_body,
+            now=now,
+        )
+        raise
+    return answer
+
+
+def _envelope_store(
+    *,
+    team: Team,
+    tool: Tool,
+    parsed: schema.ParsedEnvelope,
+    flags: set[str],
+    documented: bool,
+    correlation_id: str,
+    event: lifecycle.EnvelopeArrived,
+    now: datetime,
+) -> IngestAnswer:
+    applied = _apply_to_new_or_locked(
+        team=team,
+        tool=tool,
+        operation_ref=parsed.operation_ref,
+        event=event,
+        actor=AGENT,
+        cause="envelope",
+        now=now,
+        correlation_id=correlation_id,
+        run_id=parsed.run_id or "",
+    )
+    step = applied.step
+    envelope = Envelope.objects.create(
+        team=team,
+        tool=tool,
+        step=step,
+        dialect=parsed.dialect,
+        ok=parsed.ok,
+        code=parsed.code or "",
+        category=parsed.category or "",
+        commit_state=parsed.commit_state or "",
+        retry_directive=parsed.retry_directive or "",
+        not_before=parsed.not_before,
+        max_attempts_remaining=parsed.max_attempts_remaining,
+        next_action=parsed.next_action or "",
+        scope=parsed.scope or "",
+        resource_id=parsed.resource_id or "",
+        safe_details=parsed.safe_details,
+        dropped_detail_keys=list(parsed.dropped_detail_keys),
+        agent_message=parsed.agent_message,
+        user_message=parsed.user_message,
+        correlation_id=correlation_id,
+        run_id=parsed.run_id or "",
+        attempt=parsed.attempt,
+        occurred_at=parsed.occurred_at,
+        received_at=now,
+        verification=parsed.verification,
+        result_sha256=parsed.result_sha256 or "",
+        result_size=parsed.result_size,
+        flags=sorted(flags),
+        documented=documented,
+        step_closed=applied.outcome.ignored,
+    )
+    if not applied.outcome.ignored:
+        step.last_envelope = envelope
+    _save(step, now)
+    if applied.outcome.changed:
+        _emit_state_changed(step, "envelope")
+    if not parsed.ok and not applied.outcome.ignored:
+        if parsed.scope == "service":
+            _tool_halt(tool, envelope=envelope, now=now)
+        elif parsed.scope == "resource" and (parsed.run_id or step.run_id):
+            SkippedResource.objects.create(
+                team=team,
+                run_id=parsed.run_id or step.run_id,
+                resource_id=parsed.resource_id or "",
+                correlation_id=correlation_id,
+                code=parsed.code or "",
+                operation_ref=step.operation_ref,
+                envelope=envelope,
+                occurred_at=parsed.occurred_at,
+            )
+    return IngestAnswer(
+        envelope=envelope,
+        step=step,
+        directive_reason=applied.outcome.directive_reason,
+        directive_not_before=applied.outcome.directive_not_before,
+        dropped_detail_keys=parsed.dropped_detail_keys,
+        flags=tuple(sorted(flags)),
+    )
+
+
+# --- the circuit of a tool -----------------------------------------------------------------------
+
+
+def _tool_halt(tool: Tool, *, envelope: Envelope, now: datetime) -> None:
+    locked = Tool.objects.select_for_update().get(pk=tool.pk)
+    until = envelope.not_before or (now + timedelta(seconds=locked.halt_cooldown_s))
+    if until <= now:
+        until = now + timedelta(seconds=locked.halt_cooldown_s)
+    was_halted = locked.is_halted(now)
+    if was_halted and locked.halted_until and locked.halted_until >= until:
+        return
+    locked.halted_until = until
+    locked.halted_reason = envelope.code
+    if not was_halted:
+        locked.halted_at = now
+    audit_append(
+        holder=locked,
+        kind=AuditEvent.Kind.CIRCUIT,
+        actor=AGENT,
+        reason="halted",
+        data={"code": envelope.code, "until": rfc3339(until), "envelope_id": envelope.pk},
+        now=now,
+    )
+    locked.save()
+    tool.halted_until, tool.halted_reason, tool.halted_at = until, locked.halted_reason, locked.halted_at
+    if not was_halted:
+        event_emit(
+            team_id=tool.team_id,
+            event_type="tool.halted",
+            data={"tool": tool.name, "reason": envelope.code, "until": rfc3339(until), "reviewer": None},
+        )
+
+
+@transaction.atomic
+def tool_resume(*, tool: Tool, actor: str, reviewer: str | None, reason: str, now: datetime | None = None) -> Tool:
+    """Close a tool's circuit: by a reviewer, or by the sweep once its time has passed."""
+    now = now or timezone.now()
+    locked = Tool.objects.select_for_update().get(pk=tool.pk)
+    if locked.halted_until is None:
+        return locked
+    if reviewer is None and locked.halted_until > now:
+        return locked  # the sweep raced a new halt
+    locked.halted_until = None
+    audit_append(
+        holder=locked, kind=AuditEvent.Kind.CIRCUIT, actor=actor, reason="resumed", data={"why": reason}, now=now
+    )
+    locked.save()
+    event_emit(
+        team_id=locked.team_id,
+        event_type="tool.resumed",
+        data={"tool": locked.name, "reason": reason, "until": None, "reviewer": reviewer},
+    )
+    return locked
+
+
+# --- the attempt gate -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptGrant:
+    attempt: Attempt
+    step: Step
+
+    def as_dict(self) -> dict[str, Any]:
+        step = step_representation(self.step)
+        return {"attempt": self.attempt.number, "step": step, "directive": step["directive"]}
+
+
+REFUSAL_DETAIL = {
+    "verification_required": (
+        "The outcome of an earlier attempt is unknown: verify it by operation_ref before any new write."
+    ),
+    "already_committed": "This step already committed; writing again would duplicate it.",
+    "identical_retry": "The input is unchanged since it was refused; fix the input before retrying.",
+    "retry_not_before": "Retrying is not allowed yet; wait until not_before.",
+    "approval_pending": "This step waits for a reviewer's approval.",
+    "approval_mismatch": "The approval covers another input; the step waits for approval again.",
+    "escalated": "This step is escalated to a human.",
+    "step_closed": "This step is closed.",
+    "tool_halted": "The tool is halted after a service-wide failure.",
+    "attempt_budget_exhausted": "This step has used all its attempts.",
+}
+
+
+def attempt_request(
+    *,
+    team: Team,
+    operation_ref: str,
+    tool_name: str,
+    fingerprint: str,
+    run_id: str = "",
+    correlation_id: str = "",
+    now: datetime | None = None,
+) -> AttemptGrant:
+    """The attempt gate: grant one write, or raise AttemptRefused (contract §4)."""
+    now = now or timezone.now()
+    tool = tool_get_or_register(team=team, name=tool_name)
+    event = lifecycle.AttemptRequested(
+        fingerprint=fingerprint,
+        consistency_window_s=tool.consistency_window_s,
+        verification_deadline_s=tool.verification_deadline_s,
+        approval_ttl_s=tool.approval_ttl_s,
+    )
+    with transaction.atomic():
+        applied = _apply_to_new_or_locked(
+            team=team,
+            tool=tool,
+            operation_ref=operation_ref,
+            event=event,
+            actor=AGENT,
+            cause="attempt",
+            now=now,
+            correlation_id=correlation_id,
+            run_id=run_id,
+        )
+        step, outcome = applied.step, applied.outcome
+        if step is None:
+            raise AttemptRefused(
+                outcome.refusal,
+                REFUSAL_DETAIL[outcome.refusal],
+                step=None,
+                directive=lifecycle.directive(outcome.after, reason=outcome.refusal, not_before=outcome.retry_after)
+                | {"not_before": rfc3339(outcome.retry_after)},
+                retry_after=outcome.retry_after,
+            )
+        attempt = None
+        if outcome.granted:
+            attempt = Attempt.objects.create(
+                step=step,
+                number=step.attempts,
+                fingerprint=fingerprint,
+                run_id=run_id,
+                correlation_id=correlation_id,
+                granted_at=now,
+            )
+        if outcome.changed or outcome.refusal:
+            _save(step, now)
+        if outcome.changed:
+            _emit_state_changed(step, "attempt")
+    if outcome.refusal:
+        raise AttemptRefused(
+            outcome.refusal,
+            REFUSAL_DETAIL[outcome.refusal],
+            step=step,
+            directive=step_representation(
+                step,
+                directive_reason=outcome.directive_reason,
+                directive_not_before=outcome.directive_not_before,
+            )["directive"],
+            retry_after=outcome.retry_after,
+        )
+    assert attempt is not None
+    return AttemptGrant(attempt=attempt, step=step)
+
+
+# --- verification ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepAnswer:
+    step: Step
+    directive_reason: str = ""
+    directive_not_before: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        step = step_representation(
+            self.step, directive_reason=self.directive_reason, directive_not_before=self.directive_not_before
+        )
+        return {"step": step, "directive": step["directive"]}
+
+
+def verification_report(
+    *,
+    team: Team,
+    operation_ref: str,
+    outcome: str,
+    checked_at: datetime,
+    evidence_ref: str = "",
+    now: datetime | None = None,
+) -> StepAnswer:
+    """A lookup of the step's write by operation_ref (contract §3)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        step = _lock_step(team, operation_ref)
+        if step is None:
+            raise StepNotFound(f"No step {operation_ref!r} in this team.")
+        before = step.snapshot()
+        result = lifecycle.advance(before, lifecycle.VerificationReported(outcome=outcome), now)
+        _copy_snapshot(step, result.after)
+        data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
+        if evidence_ref:
+            data["evidence_ref"] = redact(evidence_ref).text
+        _record(step, before, result, actor=AGENT, cause="verification", now=now, data=data)
+        if result.changed:
+            _save(step, now)
+            _emit_state_changed(step, "verification")
+    return StepAnswer(
+        step=step, directive_reason=result.directive_reason, directive_not_before=result.directive_not_before
+    )
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+
+def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
+    """Fire the due timer of one step, if it is still due. True when it moved the step."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        step = (
+            Step.objects.select_related("tool")
+            .select_for_update(of=("self",), skip_locked=True)
+            .filter(pk=step_id, due_at__lte=now)
+            .first()
+        )
+        if step is None:
+            return False  # not due, gone, or another sweeper has it
+        timer = lifecycle.TIMER_OF.get(State(step.state))
+        if timer is None:
+            step.due_at = None
+            step.save(update_fields=["due_at"])
+            return False
+        before = step.snapshot()
+        result = lifecycle.advance(before, lifecycle.TimerFired(timer=timer), now)
+        _copy_snapshot(step, result.after)
+        if not result.changed:
+            step.save(update_fields=["due_at"])
+            return False
+        _record(step, before, result, actor=SYSTEM, cause="timer", now=now, data={"timer": timer})
+        _save(step, now)
+        _emit_state_changed(step, "timer")
+    return True
+
+
+def due_step_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
+    now = now or timezone.now()
+    return list(Step.objects.due(now).order_by("due_at").values_list("pk", flat=True)[:limit])
+
+
+def due_tools_resume(*, now: datetime | None = None) -> int:
+    """Close circuits whose time has passed; returns how many."""
+    now = now or timezone.now()
+    resumed = 0
+    for tool in Tool.objects.filter(halted_until__lte=now):
+        if tool_resume(tool=tool, actor=SYSTEM, reviewer=None, reason="cooldown_elapsed", now=now).halted_until is None:
+            resumed += 1
+    return resumed
+
+
+# --- reviewer acts (called by approvals.services) ---------------------------------------------
+
+
+def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
+    step = (
+        Step.objects.select_related("tool", "last_envelope")
+        .select_for_update(of=("self",))
+        .filter(team=team, pk=step_id)
+        .first()
+    )
+    if step is None:
+        raise StepNotFound("No such step in this team.")
+    return step
+
+
+def step_apply_reviewer_act(*, step: Step, action: str, actor: str, now: datetime, data: dict) -> Outcome:
+    """Feed a reviewer's act to the machine. The caller holds the step lock (see above)."""
+    before = step.snapshot()
+    result = lifecycle.advance(before, lifecycle.ReviewerActed(action=action), now)
+    _copy_snapshot(step, result.after)
+    _record(step, before, result, actor=actor, cause="decision", now=now, data=data)
+    return result
+
+
+def step_audit_decision(*, step: Step, actor: str, action: str, reason: str, now: datetime) -> None:
+    audit_append(
+        holder=step,
+        kind=AuditEvent.Kind.DECISION,
+        actor=actor,
+        before=step.state,
+        after=step.state,
+        reason=action,
+        data={"reason": reason},
+        now=now,
+    )
+
+
+def step_save_and_notify(*, step: Step, changed: bool, now: datetime, cause: str = "decision") -> None:
+    _save(step, now)
+    if changed:
+        _emit_state_changed(step, cause)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)

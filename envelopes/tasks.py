@@ -1,0 +1,38 @@
+"""Thin, idempotent Celery tasks: they take ids, re-check state under lock, call one service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from . import services
+from .audit import audit_seal
+from .models import Team
+
+
+@shared_task
+def sweep_due_steps() -> int:
+    """Beat's sweep: fire every due timer (retry windows, verification deadlines, expiries)
+    and close elapsed circuits. Each step is claimed with SKIP LOCKED, so sweepers never
+    fire one timer twice."""
+    fired = 0
+    while True:
+        due = services.due_step_ids(limit=500)
+        if not due:
+            break
+        moved = sum(services.step_fire_timer(step_id=step_id) for step_id in due)
+        fired += moved
+        if len(due) < 500 or moved == 0:
+            break
+    services.due_tools_resume()
+    return fired
+
+
+@shared_task
+def fire_step_timer(step_id: int) -> bool:
+    """A countdown that speeds one timer up; the sweep would fire it anyway."""
+    return services.step_fire_timer(step_id=step_id)
+
+
+@shared_task
+def seal_audit_chains() -> int:
+    return sum(1 for team in Team.objects.all() if audit_seal(team=team) is not None)

@@ -1,0 +1,142 @@
+"""The management commands of contract §8."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from approvals.models import Membership
+from envelopes.models import ApiKey, AuditEvent, ErrorCode, Step, Team, Tool
+from tests.conftest import AgentClient, error_envelope, success_envelope
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_createteam_and_createapikey_print_a_working_key_alone_on_the_last_line() -> None:
+    run("createteam", "acme")
+    output = run("createapikey", "--team", "acme", "--name", "ci")
+    raw = output.strip().splitlines()[-1]
+    assert raw.startswith("hp_")
+    key = ApiKey.objects.get()
+    assert key.key_hash == ApiKey.hash_key(raw)
+    assert raw not in {key.prefix, key.key_hash, key.name}
+    assert AgentClient(raw).envelope(error_envelope()).status_code == 201
+
+
+def test_createteam_refuses_a_duplicate() -> None:
+    run("createteam", "acme")
+    with pytest.raises(CommandError):
+        run("createteam", "acme")
+
+
+def test_createreviewer_takes_the_password_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("HOLDPOINT_PASSWORD", "a-long-password")
+    run("createteam", "acme")
+    run("createreviewer", "rita", "--team", "acme", "--role", "reviewer")
+    membership = Membership.objects.get()
+    assert membership.role == "reviewer"
+    assert membership.user.check_password("a-long-password")
+
+
+def test_configuretool_sets_typed_values_and_refuses_a_broken_rule(team) -> None:
+    run(
+        "configuretool",
+        "acme",
+        "create_invoice",
+        "approval_ttl_s=60",
+        "required_approvals=2",
+        "safe_detail_keys=invoice_id,amount",
+        "strict_codes=true",
+    )
+    tool = Tool.objects.get(name="create_invoice")
+    assert (tool.approval_ttl_s, tool.required_approvals, tool.safe_detail_keys, tool.strict_codes) == (
+        60,
+        2,
+        ["invoice_id", "amount"],
+        True,
+    )
+    with pytest.raises(CommandError, match="verification_deadline_s"):
+        run("configuretool", "acme", "create_invoice", "consistency_window_s=600", "verification_deadline_s=300")
+    with pytest.raises(CommandError):
+        run("configuretool", "acme", "create_invoice", "required_approvals=3")
+    with pytest.raises(CommandError):
+        run("configuretool", "acme", "create_invoice", "colour=blue")
+    assert Tool.objects.get(name="create_invoice").required_approvals == 2
+
+
+def test_addcode_documents_per_tool_and_team_wide(team) -> None:
+    run(
+        "addcode",
+        "acme",
+        "send_email",
+        "INVALID_RECIPIENT_ADDRESS",
+        "category=validation",
+        "retry_class=correctable",
+        "next_action=correct_input",
+        "side_effect=none",
+        "hint=Ask for a new address",
+    )
+    run(
+        "addcode",
+        "acme",
+        "*",
+        "RATE_LIMITED",
+        "category=rate_limit",
+        "retry_class=transient",
+        "next_action=wait_and_retry",
+        "side_effect=none",
+    )
+    assert ErrorCode.objects.get(code="INVALID_RECIPIENT_ADDRESS").tool.name == "send_email"
+    assert ErrorCode.objects.get(code="RATE_LIMITED").tool is None
+    with pytest.raises(CommandError):
+        run("addcode", "acme", "send_email", "X_CODE", "category=weather", "retry_class=transient", "next_action=abort")
+
+
+def test_verify_audit_passes_and_fails_when_a_link_is_altered(agent) -> None:
+    agent.envelope(error_envelope())
+    agent.envelope(success_envelope())
+    assert "intact" in run("verify_audit", "--seal")
+    AuditEvent.objects.filter(after="succeeded").update(reason="rejected")
+    with pytest.raises(CommandError, match="tampered"):
+        run("verify_audit")
+
+
+def test_verify_audit_detects_a_deleted_history(agent) -> None:
+    agent.envelope(error_envelope())
+    agent.envelope(success_envelope())
+    run("verify_audit", "--seal")
+    AuditEvent.objects.filter(after="succeeded").delete()
+    Step.objects.update(audit_seq=1)
+    with pytest.raises(CommandError):
+        run("verify_audit")
+
+
+def test_demo_loads_every_state_and_prints_a_key() -> None:
+    output = run("demo")
+    raw = output.strip().splitlines()[-1]
+    assert raw.startswith("hp_")
+    states = set(Step.objects.values_list("state", flat=True))
+    assert states == {
+        "in_progress",
+        "needs_input",
+        "waiting_retry",
+        "retry_ready",
+        "verifying",
+        "awaiting_approval",
+        "escalated",
+        "succeeded",
+        "cancelled",
+        "failed",
+    }
+    assert Team.objects.get(slug="demo").tools.filter(halted_until__isnull=False).exists()
+    again = run("demo")
+    assert again.strip().splitlines()[-1] != raw
+    assert Team.objects.count() == 1

@@ -1,0 +1,125 @@
+"""Races with real threads and real transactions (run on PostgreSQL in CI)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from approvals.services import DecisionRefused, step_decide
+from envelopes import services
+from envelopes.audit import audit_verify
+from envelopes.models import AuditEvent, Envelope, Step
+from tests.conftest import AgentClient, error_envelope, fingerprint
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_together(workers: list[Callable[[], Any]]) -> list[Any]:
+    """Start every callable at the same moment in its own thread (and DB connection)."""
+    barrier = threading.Barrier(len(workers))
+    results: list[Any] = [None] * len(workers)
+
+    def run(index: int, work: Callable[[], Any]) -> None:
+        barrier.wait()
+        try:
+            results[index] = work()
+        except Exception as error:
+            results[index] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, work)) for i, work in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def test_forty_concurrent_envelopes_for_one_new_ref_make_exactly_one_step(agent: AgentClient) -> None:
+    bodies = [error_envelope(operation_ref="race/1", attempt=1, correlation_id=f"c-{n}") for n in range(40)]
+    statuses = run_together(
+        [lambda body=body: AgentClient(agent.raw_key).envelope(body).status_code for body in bodies]
+    )
+    assert statuses == [201] * 40
+    assert Step.objects.filter(operation_ref="race/1").count() == 1
+    assert Envelope.objects.count() == 40
+    step = Step.objects.get()
+    assert AuditEvent.objects.filter(step=step).count() == step.audit_seq
+    assert audit_verify() == []
+
+
+def test_concurrent_first_attempts_grant_exactly_one(agent: AgentClient) -> None:
+    fp = fingerprint("input")
+    results = run_together(
+        [lambda: AgentClient(agent.raw_key).attempt("race/2", tool="send_email", fingerprint=fp).status_code] * 12
+    )
+    assert sorted(results) == [201] + [409] * 11
+    assert Step.objects.get(operation_ref="race/2").attempts == 1
+
+
+def test_two_sweepers_fire_each_due_timer_once(team) -> None:
+    for n in range(60):
+        body = error_envelope(
+            operation_ref=f"sweep/{n}",
+            code="RATE_LIMITED",
+            category="rate_limit",
+            next_action="wait_and_retry",
+            retry={
+                "directive": "after_delay",
+                "not_before": (timezone.now() - timedelta(seconds=1)).isoformat(),
+                "max_attempts_remaining": 2,
+            },
+            safe_details={},
+        )
+        services.envelope_ingest(team=team, payload=body, dialect="canonical", raw_body=json.dumps(body).encode())
+
+    def sweep() -> int:
+        return sum(services.step_fire_timer(step_id=step_id) for step_id in services.due_step_ids())
+
+    fired = run_together([sweep, sweep, sweep])
+    assert sum(fired) == 60
+    assert AuditEvent.objects.filter(reason="retry_window_open").count() == 60
+    assert audit_verify() == []
+
+
+def test_an_expiry_racing_an_approval_yields_one_transition(team, make_reviewer) -> None:
+    reviewer = make_reviewer()
+    body = error_envelope(
+        tool="create_invoice",
+        operation_ref="race/approval",
+        code="MISSING_APPROVAL",
+        category="authorization",
+        retry={"directive": "never", "max_attempts_remaining": 0},
+        next_action="request_approval",
+    )
+    answer = services.envelope_ingest(
+        team=team,
+        payload=body,
+        dialect="canonical",
+        raw_body=json.dumps(body).encode(),
+        now=timezone.now() - timedelta(days=2),
+    )
+    step_id = answer.step.pk
+
+    def approve() -> str:
+        try:
+            step_decide(team=team, step_id=step_id, actor=reviewer, action="approve", reason="ok")
+        except DecisionRefused:
+            return "refused"
+        return "approved"
+
+    results = run_together([approve, lambda: services.step_fire_timer(step_id=step_id)])
+    step = Step.objects.get(pk=step_id)
+    transitions = AuditEvent.objects.filter(step=step, kind="transition").exclude(before="")
+    assert transitions.count() == 1
+    assert (step.state, step.reason) in {("retry_ready", "approved"), ("cancelled", "approval_expired")}
+    assert (results[0] == "approved") == (step.reason == "approved")
+    assert audit_verify() == []

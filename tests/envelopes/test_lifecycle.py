@@ -1,0 +1,376 @@
+"""The state machine of contract §3: every (state, event) pair, and its invariants."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envelopes import lifecycle
+from envelopes.lifecycle import (
+    EDGES,
+    HELD,
+    INITIAL,
+    REASONS,
+    TERMINAL,
+    AttemptRequested,
+    EnvelopeArrived,
+    EnvelopeRejected,
+    ReviewerActed,
+    Snapshot,
+    State,
+    TimerFired,
+    VerificationReported,
+    advance,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LATER = NOW + timedelta(hours=2)
+FP_A = "a" * 64
+FP_B = "b" * 64
+
+
+def at(state: State | None, **changes) -> Snapshot:
+    base = Snapshot(
+        state=state, reason=next(iter(sorted(REASONS[state]))) if state else "", attempts=1, last_fingerprint=FP_A
+    )
+    return replace(base, **changes)
+
+
+def error(next_action: str, **changes) -> EnvelopeArrived:
+    fields = {"ok": False, "commit_state": "not_committed", "next_action": next_action, "max_attempts_remaining": 2}
+    if next_action == "wait_and_retry":
+        fields["not_before"] = NOW + timedelta(minutes=1)
+    if next_action == "verify_operation":
+        fields["commit_state"] = "unknown"
+        fields["max_attempts_remaining"] = 0
+    fields.update(changes)
+    return EnvelopeArrived(**fields)
+
+
+ENVELOPE_TARGETS = {
+    "correct_input": (State.NEEDS_INPUT, "input_fix_required"),
+    "wait_and_retry": (State.WAITING_RETRY, "retry_not_before"),
+    "verify_operation": (State.VERIFYING, "verification_required"),
+    "request_approval": (State.AWAITING_APPROVAL, "approval_pending"),
+    "escalate": (State.ESCALATED, "escalation_requested"),
+    "abort": (State.FAILED, "aborted"),
+}
+LIVE = [s for s in State if s not in TERMINAL]
+
+
+# --- envelopes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [None, *LIVE])
+@pytest.mark.parametrize("next_action", sorted(ENVELOPE_TARGETS))
+def test_an_error_envelope_moves_any_live_step_by_its_next_action(state, next_action) -> None:
+    outcome = advance(at(state), error(next_action), NOW)
+    assert (outcome.after.state, outcome.after.reason) == ENVELOPE_TARGETS[next_action]
+
+
+@pytest.mark.parametrize("state", [None, *LIVE])
+def test_a_success_envelope_or_a_committed_error_succeeds_the_step(state) -> None:
+    assert advance(at(state), EnvelopeArrived(ok=True, commit_state="committed"), NOW).after.state is State.SUCCEEDED
+    committed_error = error("escalate", commit_state="committed", max_attempts_remaining=0)
+    assert advance(at(state), committed_error, NOW).after.reason == "committed"
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL))
+@pytest.mark.parametrize(
+    "event", [EnvelopeArrived(ok=True, commit_state="committed"), error("escalate"), EnvelopeRejected()]
+)
+def test_an_envelope_for_a_terminal_step_changes_nothing_and_says_step_closed(state, event) -> None:
+    before = at(state)
+    outcome = advance(before, event, NOW)
+    assert outcome.after == before
+    assert not outcome.changed
+    assert outcome.directive_reason == "step_closed"
+
+
+@pytest.mark.parametrize("next_action", ["correct_input", "wait_and_retry"])
+def test_a_retrying_envelope_with_no_attempts_left_escalates_for_the_budget(next_action) -> None:
+    by_remaining = advance(at(State.IN_PROGRESS), error(next_action, max_attempts_remaining=0), NOW)
+    by_count = advance(at(State.IN_PROGRESS, attempts=3, max_attempts=3), error(next_action), NOW)
+    for outcome in (by_remaining, by_count):
+        assert (outcome.after.state, outcome.after.reason) == (State.ESCALATED, "attempt_budget_exhausted")
+
+
+def test_the_agents_attempt_number_counts_towards_the_budget() -> None:
+    outcome = advance(at(State.IN_PROGRESS, attempts=0), error("wait_and_retry", attempt=3), NOW)
+    assert outcome.after.reason == "attempt_budget_exhausted"
+    assert outcome.after.attempts == 3
+
+
+def test_verify_operation_sets_trusted_after_and_deadline_from_occurred_at() -> None:
+    occurred = NOW - timedelta(seconds=30)
+    event = error("verify_operation", occurred_at=occurred, consistency_window_s=300, verification_deadline_s=3600)
+    after = advance(at(State.IN_PROGRESS), event, NOW).after
+    assert after.trusted_after == occurred + timedelta(seconds=300)
+    assert after.deadline == occurred + timedelta(seconds=3600)
+    assert after.due_at == after.deadline
+
+
+def test_request_approval_binds_the_fingerprint_of_the_attempt_that_asked() -> None:
+    after = advance(at(State.IN_PROGRESS, last_fingerprint=FP_A), error("request_approval"), NOW).after
+    assert after.approval_fingerprint == FP_A
+    assert after.expires_at == NOW + timedelta(seconds=86400)
+
+
+def test_request_approval_without_any_attempt_binds_nothing() -> None:
+    after = advance(Snapshot(), error("request_approval"), NOW).after
+    assert after.approval_fingerprint == ""
+
+
+@pytest.mark.parametrize("state", [None, *LIVE])
+def test_a_rejected_envelope_escalates_a_live_step(state) -> None:
+    outcome = advance(at(state), EnvelopeRejected(), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (State.ESCALATED, "malformed_envelope")
+
+
+# --- the attempt gate --------------------------------------------------------------------------
+
+
+def test_the_first_attempt_creates_the_step_in_progress() -> None:
+    outcome = advance(Snapshot(), AttemptRequested(FP_A), NOW)
+    assert outcome.granted
+    assert (outcome.after.state, outcome.after.attempts) == (State.IN_PROGRESS, 1)
+    assert not outcome.after.last_attempt_reported
+
+
+def test_an_attempt_after_an_unreported_one_is_refused_and_the_step_verifies() -> None:
+    before = at(State.IN_PROGRESS, last_attempt_reported=False)
+    outcome = advance(before, AttemptRequested(FP_A), NOW)
+    assert outcome.refusal == "verification_required"
+    assert outcome.duplicate_prevented
+    assert (outcome.after.state, outcome.after.reason) == (State.VERIFYING, "attempt_unreported")
+    assert outcome.after.deadline is not None
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "code"),
+    [
+        (State.SUCCEEDED, "committed", "already_committed"),
+        (State.CANCELLED, "rejected", "step_closed"),
+        (State.FAILED, "aborted", "step_closed"),
+        (State.VERIFYING, "verification_required", "verification_required"),
+        (State.AWAITING_APPROVAL, "approval_pending", "approval_pending"),
+        (State.ESCALATED, "escalation_requested", "escalated"),
+        (State.ESCALATED, "attempt_budget_exhausted", "attempt_budget_exhausted"),
+    ],
+)
+def test_the_gate_refuses_held_and_closed_steps_without_moving_them(state, reason, code) -> None:
+    before = at(state, reason=reason)
+    outcome = advance(before, AttemptRequested(FP_B), NOW)
+    assert outcome.refusal == code
+    assert not outcome.granted
+    assert outcome.after == before
+    assert outcome.duplicate_prevented == (code in {"already_committed", "verification_required"})
+
+
+def test_waiting_retry_is_refused_before_not_before_with_retry_after() -> None:
+    before = at(State.WAITING_RETRY, not_before=LATER)
+    outcome = advance(before, AttemptRequested(FP_A), NOW)
+    assert outcome.refusal == "retry_not_before"
+    assert outcome.retry_after == LATER
+
+
+def test_waiting_retry_past_not_before_is_granted_even_before_the_sweep() -> None:
+    outcome = advance(at(State.WAITING_RETRY, not_before=NOW - timedelta(seconds=1)), AttemptRequested(FP_A), NOW)
+    assert outcome.granted
+
+
+def test_needs_input_refuses_the_identical_input_and_grants_a_changed_one() -> None:
+    before = at(State.NEEDS_INPUT, last_fingerprint=FP_A)
+    assert advance(before, AttemptRequested(FP_A), NOW).refusal == "identical_retry"
+    changed = advance(before, AttemptRequested(FP_B), NOW)
+    assert changed.granted
+    assert changed.after.attempts == 2
+
+
+def test_after_approval_only_the_approved_input_is_granted() -> None:
+    approved = advance(at(State.AWAITING_APPROVAL, approval_fingerprint=FP_A), ReviewerActed("approve"), NOW).after
+    assert (approved.state, approved.reason) == (State.RETRY_READY, "approved")
+    mismatch = advance(approved, AttemptRequested(FP_B), NOW)
+    assert mismatch.refusal == "approval_mismatch"
+    assert (mismatch.after.state, mismatch.after.reason) == (State.AWAITING_APPROVAL, "approval_mismatch")
+    assert advance(approved, AttemptRequested(FP_A), NOW).granted
+
+
+@pytest.mark.parametrize("state", [State.RETRY_READY, State.NEEDS_INPUT, State.WAITING_RETRY])
+def test_a_halted_tool_refuses_attempts_until_it_resumes(state) -> None:
+    before = at(state, halted_until=LATER, last_fingerprint=FP_B, not_before=NOW - timedelta(seconds=5))
+    outcome = advance(before, AttemptRequested(FP_A), NOW)
+    assert outcome.refusal == "tool_halted"
+    assert outcome.retry_after == LATER
+    assert advance(replace(before, halted_until=None), AttemptRequested(FP_A), NOW).granted
+
+
+# --- verification ------------------------------------------------------------------------------
+
+
+def test_verification_committed_succeeds_and_counts_as_resolved() -> None:
+    outcome = advance(at(State.VERIFYING), VerificationReported("committed"), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (State.SUCCEEDED, "verified_committed")
+    assert "resolved_by_verification" in outcome.effects
+
+
+def test_not_found_inside_the_window_keeps_verifying_and_says_when_to_look_again() -> None:
+    before = at(State.VERIFYING, trusted_after=LATER, deadline=LATER + timedelta(hours=1))
+    outcome = advance(before, VerificationReported("not_found"), NOW)
+    assert outcome.after == before
+    assert outcome.directive_not_before == LATER
+
+
+def test_not_found_after_the_window_permits_a_retry_on_the_same_ref() -> None:
+    before = at(State.VERIFYING, trusted_after=NOW, deadline=LATER)
+    outcome = advance(before, VerificationReported("not_found"), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (State.RETRY_READY, "verified_not_found")
+
+
+def test_verification_unavailable_escalates() -> None:
+    outcome = advance(at(State.VERIFYING), VerificationReported("unavailable"), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (State.ESCALATED, "verification_unavailable")
+
+
+@pytest.mark.parametrize("state", [s for s in LIVE if s is not State.VERIFYING])
+@pytest.mark.parametrize("result", ["not_found", "unavailable"])
+def test_a_lookup_outside_verification_changes_nothing(state, result) -> None:
+    before = at(state)
+    assert advance(before, VerificationReported(result), NOW).after == before
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "timer", "field", "target"),
+    [
+        (State.WAITING_RETRY, "retry_due", "not_before", (State.RETRY_READY, "retry_window_open")),
+        (State.VERIFYING, "verification_deadline", "deadline", (State.ESCALATED, "verification_timeout")),
+        (State.AWAITING_APPROVAL, "approval_expired", "expires_at", (State.CANCELLED, "approval_expired")),
+    ],
+)
+def test_a_due_timer_moves_its_state_once(state, timer, field, target) -> None:
+    before = at(state, **{field: NOW})
+    first = advance(before, TimerFired(timer), NOW)
+    assert (first.after.state, first.after.reason) == target
+    again = advance(first.after, TimerFired(timer), NOW)
+    assert not again.changed
+
+
+@pytest.mark.parametrize("state", [None, *State])
+@pytest.mark.parametrize("timer", ["retry_due", "verification_deadline", "approval_expired"])
+def test_a_timer_that_is_not_due_or_not_this_states_does_nothing(state, timer) -> None:
+    before = at(state, not_before=LATER, deadline=LATER, expires_at=LATER)
+    assert not advance(before, TimerFired(timer), NOW).changed
+
+
+def test_nothing_held_turns_into_a_retry_by_time_alone_except_waiting_retry() -> None:
+    for state in HELD:
+        for timer in ("retry_due", "verification_deadline", "approval_expired"):
+            outcome = advance(at(state, not_before=NOW, deadline=NOW, expires_at=NOW), TimerFired(timer), NOW)
+            if outcome.after.state is State.RETRY_READY:
+                assert state is State.WAITING_RETRY
+
+
+# --- reviewers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "action", "target"),
+    [
+        (State.AWAITING_APPROVAL, "approve", (State.RETRY_READY, "approved")),
+        (State.AWAITING_APPROVAL, "reject", (State.CANCELLED, "rejected")),
+        (State.VERIFYING, "mark_committed", (State.SUCCEEDED, "resolved_committed")),
+        (State.VERIFYING, "permit_retry", (State.RETRY_READY, "retry_permitted")),
+        (State.VERIFYING, "cancel", (State.CANCELLED, "cancelled_by_reviewer")),
+        (State.ESCALATED, "mark_committed", (State.SUCCEEDED, "resolved_committed")),
+        (State.ESCALATED, "permit_retry", (State.RETRY_READY, "retry_permitted")),
+        (State.ESCALATED, "cancel", (State.CANCELLED, "cancelled_by_reviewer")),
+    ],
+)
+def test_reviewer_acts_move_held_steps(state, action, target) -> None:
+    outcome = advance(at(state), ReviewerActed(action), NOW)
+    assert (outcome.after.state, outcome.after.reason) == target
+
+
+@pytest.mark.parametrize("state", list(State))
+@pytest.mark.parametrize("action", ["approve", "reject", "mark_committed", "permit_retry", "cancel"])
+def test_a_reviewer_act_the_state_does_not_allow_changes_nothing(state, action) -> None:
+    if action in lifecycle.REVIEWER_ACTS.get(state, {}):
+        return
+    before = at(state)
+    outcome = advance(before, ReviewerActed(action), NOW)
+    assert outcome.after == before
+    assert not outcome.changed
+
+
+# --- the table and invariants, over random event sequences -------------------------------------
+
+
+def test_every_reason_belongs_to_exactly_one_state() -> None:
+    seen: dict[str, State] = {}
+    for state, reasons in REASONS.items():
+        for reason in reasons:
+            assert reason not in seen, reason
+            seen[reason] = state
+
+
+events = st.one_of(
+    st.builds(
+        EnvelopeArrived,
+        ok=st.booleans(),
+        commit_state=st.sampled_from(["not_committed", "committed", "unknown"]),
+        next_action=st.sampled_from(sorted(ENVELOPE_TARGETS)),
+        max_attempts_remaining=st.integers(0, 3),
+        not_before=st.just(NOW + timedelta(minutes=1)),
+        attempt=st.none() | st.integers(1, 6),
+    ),
+    st.just(EnvelopeRejected()),
+    st.builds(AttemptRequested, fingerprint=st.sampled_from([FP_A, FP_B])),
+    st.builds(VerificationReported, outcome=st.sampled_from(["committed", "not_found", "unavailable"])),
+    st.builds(TimerFired, timer=st.sampled_from(["retry_due", "verification_deadline", "approval_expired"])),
+    st.builds(ReviewerActed, action=st.sampled_from(["approve", "reject", "mark_committed", "permit_retry", "cancel"])),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(events, st.integers(0, 7200)), min_size=1, max_size=25), st.integers(1, 4))
+def test_random_event_sequences_keep_every_invariant(sequence, max_attempts) -> None:
+    snapshot = Snapshot(max_attempts=max_attempts)
+    now = NOW
+    budget_escalations = 0
+    for event, seconds in sequence:
+        now = now + timedelta(seconds=seconds)
+        if snapshot.state is None and not isinstance(event, (EnvelopeArrived, EnvelopeRejected, AttemptRequested)):
+            continue  # the services answer 404: only these events may create a step
+        outcome = advance(snapshot, event, now)
+        after = outcome.after
+        assert after.state is not None
+        if snapshot.state is None:
+            assert after.state in INITIAL
+        elif after.state != snapshot.state:
+            assert after.state in EDGES[snapshot.state], (snapshot.state, after.state, event)
+        if snapshot.state in TERMINAL:
+            assert after == snapshot
+        assert after.attempts >= snapshot.attempts
+        assert after.reason in REASONS[after.state]
+        assert not (outcome.granted and outcome.refusal)
+        if outcome.granted:
+            assert after.attempts == snapshot.attempts + 1
+            assert after.state is State.IN_PROGRESS
+        if after.state in HELD and after.state in lifecycle.TIMER_OF:
+            assert after.due_at is not None
+        if outcome.changed and after.reason == "attempt_budget_exhausted":
+            budget_escalations += 1
+        if after.state is State.RETRY_READY and snapshot.state is not State.RETRY_READY:
+            # Only a timer on waiting_retry, a verification, or a human turns a step into a retry.
+            assert isinstance(event, (TimerFired, VerificationReported, ReviewerActed))
+            if isinstance(event, TimerFired):
+                assert snapshot.state is State.WAITING_RETRY
+        snapshot = after
+    assert budget_escalations <= len(sequence)
