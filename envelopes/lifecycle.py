@@ -102,6 +102,9 @@ _NEXT_ACTION_TARGET = {
     "abort": (State.FAILED, "aborted"),
 }
 _RETRYING_ACTIONS = frozenset({"correct_input", "wait_and_retry"})
+# States a human (or a verification) must release: an agent's error envelope is stored and
+# shown there but moves nothing, so an agent cannot talk its way out of a hold.
+HUMAN_HELD = frozenset({State.VERIFYING, State.AWAITING_APPROVAL, State.ESCALATED})
 
 # Reviewer acts (contract §3 and §7): state -> action -> (state, reason).
 REVIEWER_ACTS: dict[State, dict[str, tuple[State, str]]] = {
@@ -296,6 +299,9 @@ def _on_envelope(before: Snapshot, event: EnvelopeArrived, now: datetime) -> Out
 
     if event.ok or event.commit_state == "committed":
         return _moved(before, _enter(reported, State.SUCCEEDED, "committed"))
+
+    if before.state in HUMAN_HELD:
+        return Outcome(after=reported, changed=False)
 
     action = event.next_action or "escalate"
     if action in _RETRYING_ACTIONS and (event.max_attempts_remaining == 0 or attempts >= before.max_attempts):

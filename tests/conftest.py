@@ -18,11 +18,6 @@ PASSWORD = "correct-horse-battery"
 
 
 @pytest.fixture(autouse=True)
-def _clear_throttle_counts() -> None:
-    cache.clear()
-
-
-@pytest.fixture(autouse=True)
 def _plain_http(settings) -> None:  # type: ignore[no-untyped-def]
     """The test client speaks plain HTTP; production redirects to HTTPS."""
     settings.SECURE_SSL_REDIRECT = False
@@ -82,6 +77,7 @@ class AgentClient:
 
 @pytest.fixture
 def agent(team: Team) -> AgentClient:
+    cache.clear()  # throttle counts from an earlier test
     return AgentClient(api_key_create(team=team, name="agent").raw)
 
 

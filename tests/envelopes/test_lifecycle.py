@@ -65,11 +65,24 @@ LIVE = [s for s in State if s not in TERMINAL]
 # --- envelopes -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("state", [None, *LIVE])
+AGENT_SIDE = [None, State.IN_PROGRESS, State.NEEDS_INPUT, State.WAITING_RETRY, State.RETRY_READY]
+
+
+@pytest.mark.parametrize("state", AGENT_SIDE)
 @pytest.mark.parametrize("next_action", sorted(ENVELOPE_TARGETS))
-def test_an_error_envelope_moves_any_live_step_by_its_next_action(state, next_action) -> None:
+def test_an_error_envelope_moves_an_agent_side_step_by_its_next_action(state, next_action) -> None:
     outcome = advance(at(state), error(next_action), NOW)
     assert (outcome.after.state, outcome.after.reason) == ENVELOPE_TARGETS[next_action]
+
+
+@pytest.mark.parametrize("state", sorted(lifecycle.HUMAN_HELD))
+@pytest.mark.parametrize("next_action", sorted(ENVELOPE_TARGETS))
+def test_an_error_envelope_never_releases_a_human_hold(state, next_action) -> None:
+    before = at(state, last_attempt_reported=False)
+    outcome = advance(before, error(next_action), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (before.state, before.reason)
+    assert not outcome.changed
+    assert outcome.after.last_attempt_reported
 
 
 @pytest.mark.parametrize("state", [None, *LIVE])
@@ -374,3 +387,42 @@ def test_random_event_sequences_keep_every_invariant(sequence, max_attempts) -> 
                 assert snapshot.state is State.WAITING_RETRY
         snapshot = after
     assert budget_escalations <= len(sequence)
+
+
+failures = st.lists(
+    st.tuples(
+        st.sampled_from(["correct_input", "wait_and_retry"]),
+        st.integers(0, 4),  # max_attempts_remaining the tool claims
+        st.booleans(),  # whether the agent asks the gate first
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(failures, st.integers(1, 5))
+def test_a_failing_step_escalates_for_its_budget_exactly_once(sequence, max_attempts) -> None:
+    snapshot = Snapshot(max_attempts=max_attempts)
+    now = NOW
+    escalations = 0
+    for n, (next_action, remaining, ask_first) in enumerate(sequence):
+        now += timedelta(minutes=5)
+        if ask_first or snapshot.state is None:
+            grant = advance(snapshot, AttemptRequested(fingerprint=f"{n:064x}"), now)
+            snapshot = grant.after
+            if grant.refusal:
+                assert grant.refusal in {"attempt_budget_exhausted", "verification_required", "tool_halted"} or (
+                    snapshot.state is State.ESCALATED
+                )
+        outcome = advance(snapshot, error(next_action, max_attempts_remaining=remaining, not_before=now), now)
+        if outcome.changed and outcome.after.reason == "attempt_budget_exhausted":
+            escalations += 1
+            assert remaining == 0 or outcome.after.attempts >= max_attempts
+        snapshot = outcome.after
+        if snapshot.reason == "attempt_budget_exhausted":
+            assert advance(snapshot, AttemptRequested(FP_A), now).refusal == "attempt_budget_exhausted"
+    exhausted = any(r == 0 for _, r, _ in sequence) or snapshot.attempts >= max_attempts
+    assert escalations == (1 if snapshot.reason == "attempt_budget_exhausted" else 0)
+    if snapshot.reason != "attempt_budget_exhausted":
+        assert not exhausted or snapshot.state is State.ESCALATED
