@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiResponse
 
 from .lifecycle import State
@@ -224,3 +225,13 @@ PROBLEMS = {
     422: _problem("The body breaks the schema or the contract"),
     429: _problem("Throttled; see Retry-After"),
 }
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Documents `Authorization: Bearer hp_...` in the OpenAPI document."""
+
+    target_class = "envelopes.auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "hp_ API key"}
