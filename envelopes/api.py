@@ -154,7 +154,7 @@ class VerificationReportInput(StrictSerializer):
     checked_at = serializers.CharField(max_length=64)
 
     def validate_checked_at(self, value: str) -> Any:
-        parsed = schema._parse_date_time(value)
+        parsed = schema.parse_rfc3339(value)
         if parsed is None:
             raise serializers.ValidationError("RFC 3339 time with an offset.", code="format")
         return parsed

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from hashlib import sha256
-from typing import Any
+from typing import Any, cast
 
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError
 from jsonschema.validators import extend
@@ -233,7 +233,7 @@ def _parse_date_time(value: str) -> datetime | None:
     return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
 
 
-_Validator = extend(Draft202012Validator, {"pattern": _pattern_keyword})
+_Validator = extend(Draft202012Validator, {"pattern": _pattern_keyword})  # type: ignore[no-untyped-call]
 _ERROR_VALIDATOR = _Validator(ERROR_ENVELOPE_SCHEMA, format_checker=_FORMATS)
 _SUCCESS_VALIDATOR = _Validator(SUCCESS_ENVELOPE_SCHEMA, format_checker=_FORMATS)
 _UNDECIDED_VALIDATOR = _Validator(_UNDECIDED_SCHEMA, format_checker=_FORMATS)
@@ -316,7 +316,7 @@ class ParsedEnvelope:
     dropped_detail_keys: tuple[str, ...] = ()
     agent_message: str = ""
     user_message: str = ""
-    verification: dict[str, str] | None = None
+    verification: dict[str, str | None] | None = None
     result_sha256: str | None = None
     result_size: int | None = None
     flags: frozenset[str] = frozenset()
@@ -452,19 +452,18 @@ def _shape_errors(validator: Any, body: Any, *, envelope: bool = True) -> list[F
 def _field_errors(error: ValidationError) -> Iterator[FieldError]:
     path = list(error.absolute_path)
     keyword = str(error.validator)
-    instance = error.instance
+    instance, value = error.instance, cast(Any, error.validator_value)
     if keyword == "required" and isinstance(instance, dict):
-        for name in error.validator_value:
+        for name in value:
             if name not in instance:
                 yield FieldError(_path([*path, name]), "required")
     elif keyword == "additionalProperties" and isinstance(instance, dict):
-        known = error.schema.get("properties", {})
+        known = cast(Mapping[str, Any], error.schema).get("properties", {})
         for name in instance:
             if name not in known:
                 yield FieldError(_path([*path, name]), "additionalProperties")
     elif keyword in ("enum", "const"):
-        allowed = error.validator_value if keyword == "enum" else [error.validator_value]
-        yield FieldError(_path(path), "enum", tuple(allowed))
+        yield FieldError(_path(path), "enum", tuple(value) if keyword == "enum" else (value,))
     else:
         yield FieldError(_path(path), keyword)
 
@@ -650,3 +649,8 @@ def _as_datetime(value: str | datetime) -> datetime:
     if parsed is None:  # the schema's format check ran first; this is a programming error
         raise ValueError(f"not an RFC 3339 date-time: {value!r}")
     return parsed
+
+
+def parse_rfc3339(value: str) -> datetime | None:
+    """An RFC 3339 time with an offset, in UTC; None when the text is not one."""
+    return _parse_date_time(value)
