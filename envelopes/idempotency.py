@@ -14,8 +14,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from .errors import HoldpointError
 from .models import IdempotencyRecord, Team
-from .services import HoldpointError
 
 IN_FLIGHT_TIMEOUT = timedelta(seconds=60)
 MAX_KEY_LENGTH = 255

@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from .services import AttemptRefused, EnvelopeInvalid, HoldpointError
+from .errors import AttemptRefused, EnvelopeInvalid, HoldpointError
 
 PROBLEM_TYPE = "https://holdpoint.dev/problems/"
 CONTENT_TYPE = "application/problem+json"

@@ -1,268 +1,60 @@
-"""Every write of the agent side, and the one place where step transitions are applied.
+"""Every write of the agent side: envelopes, the attempt gate, verification, timers, circuits.
 
-Each function runs in one transaction: it locks the step row, asks `lifecycle.advance` what
-happens, saves the answer, appends the audit link and writes the webhook outbox rows. Views,
-tasks, commands and the approvals app call these; nothing else sets `step.state`.
+Each function runs in one transaction and applies its event through `transitions.apply_event`
+(row lock, state machine, audit links) and writes the webhook outbox rows. Views, tasks,
+commands and the approvals app call these; nothing else sets `step.state`.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import transaction
 from django.utils import timezone
 
 from webhooks.outbox import event_emit
 
 from . import lifecycle, schema
 from .audit import audit_append
-from .lifecycle import HELD, Outcome, Snapshot, State
-from .models import (
-    Attempt,
-    AuditEvent,
-    Envelope,
-    ErrorCode,
-    Quarantine,
-    SkippedResource,
-    Step,
-    Team,
-    Tool,
+from .errors import (
+    AttemptRefused,
+    EnvelopeInvalid,
+    HoldpointError,
+    StepNotFound,
+    ToolMismatch,
+    ToolNotFound,
 )
+from .lifecycle import Outcome, State
+from .models import Attempt, AuditEvent, Envelope, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation
 from .redaction import redact
+from .transitions import (
+    AGENT,
+    SYSTEM,
+    apply_event,
+    code_is_documented,
+    copy_snapshot,
+    emit_state_changed,
+    lock_step,
+    record,
+    step_save,
+    tool_get_or_register,
+)
+
+__all__ = [
+    "AttemptRefused",
+    "EnvelopeInvalid",
+    "HoldpointError",
+    "StepNotFound",
+    "ToolMismatch",
+    "ToolNotFound",
+    "tool_get_or_register",
+]
 
 QUARANTINE_BODY_LIMIT = 64 * 1024
-AGENT = "agent"
-SYSTEM = "system"
-
-
-class HoldpointError(Exception):
-    """An error the API answers as problem+json with a stable code."""
-
-    status = 400
-    code = "bad_request"
-    title = "Bad request"
-
-    def __init__(self, detail: str = "", **extra: Any) -> None:
-        super().__init__(detail or self.title)
-        self.detail = detail or self.title
-        self.extra = extra
-
-
-class StepNotFound(HoldpointError):
-    status, code, title = 404, "not_found", "No such step"
-
-
-class ToolNotFound(HoldpointError):
-    status, code, title = 404, "not_found", "No such tool"
-
-
-class ToolMismatch(HoldpointError):
-    status, code, title = 409, "tool_mismatch", "The step belongs to another tool"
-
-
-class AttemptRefused(HoldpointError):
-    status, title = 409, "Attempt refused"
-
-    def __init__(
-        self, code: str, detail: str, *, step: Step | None, directive: dict, retry_after: datetime | None
-    ) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.step = step
-        self.directive = directive
-        self.retry_after = retry_after
-
-
-class EnvelopeInvalid(HoldpointError):
-    status, title = 422, "The envelope breaks the contract"
-
-    def __init__(self, rejected: schema.EnvelopeRejected) -> None:
-        super().__init__(rejected.detail)
-        self.code = rejected.code
-        self.errors = [error.as_dict() for error in rejected.errors]
-
-
-# --- reading helpers ---------------------------------------------------------------------------
-
-
-def tool_get_or_register(*, team: Team, name: str) -> Tool:
-    """The team's tool of that name, registered with defaults the first time it is named."""
-    tool = Tool.objects.filter(team=team, name=name).first()
-    if tool is not None:
-        return tool
-    try:
-        with transaction.atomic():
-            return Tool.objects.create(team=team, name=name)
-    except IntegrityError:
-        return Tool.objects.get(team=team, name=name)
-
-
-def _lock_step(team: Team, operation_ref: str) -> Step | None:
-    return (
-        Step.objects.select_related("tool", "last_envelope")
-        .select_for_update(of=("self",))
-        .filter(team=team, operation_ref=operation_ref)
-        .first()
-    )
-
-
-def code_is_documented(*, tool: Tool, code: str) -> bool:
-    return ErrorCode.objects.filter(Q(tool=tool) | Q(tool__isnull=True), team_id=tool.team_id, code=code).exists()
-
-
-# --- applying the machine ------------------------------------------------------------------------
-
-
-@dataclass
-class Applied:
-    step: Step | None  # None: the event was refused before any step existed
-    outcome: Outcome
-    created: bool = False
-    audit_events: list[AuditEvent] = field(default_factory=list)
-
-
-def _copy_snapshot(step: Step, after: Snapshot) -> None:
-    step.state = after.state.value if after.state else step.state
-    step.reason = after.reason
-    step.attempts = after.attempts
-    step.last_fingerprint = after.last_fingerprint
-    step.last_attempt_reported = after.last_attempt_reported
-    step.approval_fingerprint = after.approval_fingerprint
-    step.not_before = after.not_before
-    step.trusted_after = after.trusted_after
-    step.deadline = after.deadline
-    step.expires_at = after.expires_at
-    step.due_at = after.due_at
-
-
-def _record(
-    step: Step,
-    before: Snapshot,
-    outcome: Outcome,
-    *,
-    actor: str,
-    cause: str,
-    now: datetime,
-    data: dict[str, Any] | None = None,
-) -> list[AuditEvent]:
-    """Audit the refusal and the transition an outcome carries, and queue their webhooks."""
-    events = []
-    if outcome.refusal:
-        events.append(
-            audit_append(
-                holder=step,
-                kind=AuditEvent.Kind.REFUSAL,
-                actor=actor,
-                before=step.state if not outcome.changed else (before.state or ""),
-                after=step.state if not outcome.changed else (before.state or ""),
-                reason=outcome.refusal,
-                data={"duplicate_prevented": outcome.duplicate_prevented, **(data or {})},
-                now=now,
-            )
-        )
-    if outcome.changed:
-        held_seconds = None
-        if before.state in HELD and before.state != outcome.after.state:
-            held_seconds = max(0.0, (now - step.state_entered_at).total_seconds())
-        if before.state != outcome.after.state:
-            step.state_entered_at = now
-        events.append(
-            audit_append(
-                holder=step,
-                kind=AuditEvent.Kind.TRANSITION,
-                actor=actor,
-                before=before.state.value if before.state else "",
-                after=step.state,
-                reason=step.reason,
-                held_seconds=held_seconds,
-                data={"cause": cause, "effects": list(outcome.effects), **(data or {})},
-                now=now,
-            )
-        )
-    return events
-
-
-def _save(step: Step, now: datetime) -> None:
-    step.updated_at = now
-    step.version += 1
-    step.save()
-
-
-def _emit_state_changed(step: Step, cause: str) -> None:
-    event_emit(
-        team_id=step.team_id,
-        event_type="step.state_changed",
-        data=lambda: {"step": step_representation(step), "cause": cause},
-        step_id=step.pk,
-    )
-
-
-def _apply_to_new_or_locked(
-    *,
-    team: Team,
-    tool: Tool,
-    operation_ref: str,
-    event: lifecycle.Event,
-    actor: str,
-    cause: str,
-    now: datetime,
-    correlation_id: str = "",
-    run_id: str = "",
-    must_exist: bool = False,
-) -> Applied:
-    """Lock the step (creating it if the event may create it) and apply the event."""
-    step = _lock_step(team, operation_ref)
-    if step is None:
-        if must_exist:
-            raise StepNotFound(f"No step {operation_ref!r} in this team.")
-        before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
-        outcome = lifecycle.advance(before, event, now)
-        if outcome.after.state is None:
-            return Applied(step=None, outcome=outcome)
-        step = Step(
-            team=team,
-            tool=tool,
-            operation_ref=operation_ref,
-            correlation_id=correlation_id,
-            run_id=run_id,
-            state=outcome.after.state.value,
-            reason=outcome.after.reason,
-            created_at=now,
-            updated_at=now,
-            state_entered_at=now,
-        )
-        _copy_snapshot(step, outcome.after)
-        try:
-            with transaction.atomic():
-                step.save(force_insert=True)
-        except IntegrityError:
-            # Another request created it first: apply the event to that step instead.
-            step = _lock_step(team, operation_ref)
-            assert step is not None
-        else:
-            audit = _record(step, before, outcome, actor=actor, cause=cause, now=now)
-            return Applied(step=step, outcome=outcome, created=True, audit_events=audit)
-    if step.tool_id != tool.pk:
-        raise ToolMismatch(f"Step {operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}.")
-    step.tool = tool  # the caller's fresh copy (circuit state)
-    before = step.snapshot()
-    outcome = lifecycle.advance(before, event, now)
-    _copy_snapshot(step, outcome.after)
-    if not step.correlation_id and correlation_id:
-        step.correlation_id = correlation_id
-    if not step.run_id and run_id:
-        step.run_id = run_id
-    audit = _record(step, before, outcome, actor=actor, cause=cause, now=now)
-    return Applied(step=step, outcome=outcome, audit_events=audit)
-
-
-# --- envelopes -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -312,7 +104,7 @@ def envelope_quarantine(
         step = None
         if tool is not None and operation_ref:
             try:
-                applied = _apply_to_new_or_locked(
+                applied = apply_event(
                     team=team,
                     tool=tool,
                     operation_ref=operation_ref,
@@ -326,8 +118,8 @@ def envelope_quarantine(
             if applied is not None:
                 step = applied.step
                 if applied.outcome.changed:
-                    _save(step, now)
-                    _emit_state_changed(step, "malformed_envelope")
+                    step_save(step, now)
+                    emit_state_changed(step, "malformed_envelope")
         return Quarantine.objects.create(
             team=team,
             tool=tool,
@@ -445,7 +237,7 @@ def _envelope_store(
     event: lifecycle.EnvelopeArrived,
     now: datetime,
 ) -> IngestAnswer:
-    applied = _apply_to_new_or_locked(
+    applied = apply_event(
         team=team,
         tool=tool,
         operation_ref=parsed.operation_ref,
@@ -490,9 +282,9 @@ def _envelope_store(
     )
     if not applied.outcome.ignored:
         step.last_envelope = envelope
-    _save(step, now)
+    step_save(step, now)
     if applied.outcome.changed:
-        _emit_state_changed(step, "envelope")
+        emit_state_changed(step, "envelope")
     if not parsed.ok and not applied.outcome.ignored:
         if parsed.scope == "service":
             _tool_halt(tool, envelope=envelope, now=now)
@@ -621,7 +413,7 @@ def attempt_request(
         approval_ttl_s=tool.approval_ttl_s,
     )
     with transaction.atomic():
-        applied = _apply_to_new_or_locked(
+        applied = apply_event(
             team=team,
             tool=tool,
             operation_ref=operation_ref,
@@ -653,9 +445,9 @@ def attempt_request(
                 granted_at=now,
             )
         if outcome.changed or outcome.refusal:
-            _save(step, now)
+            step_save(step, now)
         if outcome.changed:
-            _emit_state_changed(step, "attempt")
+            emit_state_changed(step, "attempt")
     if outcome.refusal:
         raise AttemptRefused(
             outcome.refusal,
@@ -700,19 +492,19 @@ def verification_report(
     """A lookup of the step's write by operation_ref (contract §3)."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = _lock_step(team, operation_ref)
+        step = lock_step(team, operation_ref)
         if step is None:
             raise StepNotFound(f"No step {operation_ref!r} in this team.")
         before = step.snapshot()
         result = lifecycle.advance(before, lifecycle.VerificationReported(outcome=outcome), now)
-        _copy_snapshot(step, result.after)
+        copy_snapshot(step, result.after)
         data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
         if evidence_ref:
             data["evidence_ref"] = redact(evidence_ref).text
-        _record(step, before, result, actor=AGENT, cause="verification", now=now, data=data)
+        record(step, before, result, actor=AGENT, cause="verification", now=now, data=data)
         if result.changed:
-            _save(step, now)
-            _emit_state_changed(step, "verification")
+            step_save(step, now)
+            emit_state_changed(step, "verification")
     return StepAnswer(
         step=step, directive_reason=result.directive_reason, directive_not_before=result.directive_not_before
     )
@@ -740,13 +532,13 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
             return False
         before = step.snapshot()
         result = lifecycle.advance(before, lifecycle.TimerFired(timer=timer), now)
-        _copy_snapshot(step, result.after)
+        copy_snapshot(step, result.after)
         if not result.changed:
             step.save(update_fields=["due_at"])
             return False
-        _record(step, before, result, actor=SYSTEM, cause="timer", now=now, data={"timer": timer})
-        _save(step, now)
-        _emit_state_changed(step, "timer")
+        record(step, before, result, actor=SYSTEM, cause="timer", now=now, data={"timer": timer})
+        step_save(step, now)
+        emit_state_changed(step, "timer")
     return True
 
 
@@ -784,8 +576,8 @@ def step_apply_reviewer_act(*, step: Step, action: str, actor: str, now: datetim
     """Feed a reviewer's act to the machine. The caller holds the step lock (see above)."""
     before = step.snapshot()
     result = lifecycle.advance(before, lifecycle.ReviewerActed(action=action), now)
-    _copy_snapshot(step, result.after)
-    _record(step, before, result, actor=actor, cause="decision", now=now, data=data)
+    copy_snapshot(step, result.after)
+    record(step, before, result, actor=actor, cause="decision", now=now, data=data)
     return result
 
 
@@ -803,10 +595,6 @@ def step_audit_decision(*, step: Step, actor: str, action: str, reason: str, now
 
 
 def step_save_and_notify(*, step: Step, changed: bool, now: datetime, cause: str = "decision") -> None:
-    _save(step, now)
+    step_save(step, now)
     if changed:
-        _emit_state_changed(step, cause)
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+        emit_state_changed(step, cause)

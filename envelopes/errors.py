@@ -1,0 +1,58 @@
+"""The agent side's own exceptions; the API maps each to problem+json with its `code`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from . import schema
+
+if TYPE_CHECKING:
+    from .models import Step
+
+
+class HoldpointError(Exception):
+    """An error the API answers as problem+json with a stable code."""
+
+    status = 400
+    code = "bad_request"
+    title = "Bad request"
+
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class StepNotFound(HoldpointError):
+    status, code, title = 404, "not_found", "No such step"
+
+
+class ToolNotFound(HoldpointError):
+    status, code, title = 404, "not_found", "No such tool"
+
+
+class ToolMismatch(HoldpointError):
+    status, code, title = 409, "tool_mismatch", "The step belongs to another tool"
+
+
+class AttemptRefused(HoldpointError):
+    status, title = 409, "Attempt refused"
+
+    def __init__(
+        self, code: str, detail: str, *, step: Step | None, directive: dict, retry_after: datetime | None
+    ) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.step = step
+        self.directive = directive
+        self.retry_after = retry_after
+
+
+class EnvelopeInvalid(HoldpointError):
+    status, title = 422, "The envelope breaks the contract"
+
+    def __init__(self, rejected: schema.EnvelopeRejected) -> None:
+        super().__init__(rejected.detail)
+        self.code = rejected.code
+        self.errors = [error.as_dict() for error in rejected.errors]
