@@ -4,6 +4,7 @@ state machine (envelopes.services), so locking, audit and webhooks stay in one p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -71,11 +72,13 @@ def step_decide(
     action: str,
     reason: str = "",
     expected_state: str | None = None,
+    expected_since: datetime | None = None,
 ) -> DecisionResult:
     """Record a reviewer's decision and, when it is final, move the step.
 
-    `expected_state` is the state the reviewer saw: if the step moved since, nothing happens
-    and the reviewer is told it was already decided.
+    `expected_state` and `expected_since` are the state the reviewer saw and when the step
+    entered it: if the step moved since (even out of that state and back), nothing happens and
+    the reviewer is told it was already decided.
     """
     _require_reviewer(actor, team)
     reason = reason.strip()
@@ -83,7 +86,11 @@ def step_decide(
         raise DecisionRefused("A reason is required for this decision.")
     now = timezone.now()
     step = step_services.step_lock_for_decision(team=team, step_id=step_id)
-    if (expected_state and step.state != expected_state) or action not in allowed_reviewer_actions(State(step.state)):
+    if (
+        (expected_state and step.state != expected_state)
+        or (expected_since is not None and step.state_entered_at != expected_since)
+        or action not in allowed_reviewer_actions(State(step.state))
+    ):
         raise DecisionRefused(
             f"Already decided: the step is now {step.state.replace('_', ' ')} ({step.reason}).",
             already_decided=True,
@@ -136,6 +143,13 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: AbstractBaseUser, r
     _require_reviewer(actor, team)
     if not reason.strip():
         raise DecisionRefused("A reason is required for this decision.")
+    with transaction.atomic():
+        if not Tool.objects.select_for_update().get(pk=tool.pk).is_halted():
+            # A stale page: the incident is over, so one decision no longer speaks for every step.
+            raise DecisionRefused(
+                f"Already decided: {tool.name} is no longer halted. Decide its held steps one by one.",
+                already_decided=True,
+            )
     cancelled = 0
     held_ids = list(
         Step.objects.for_team(team).filter(tool=tool, state__in=[s.value for s in HELD]).values_list("pk", flat=True)

@@ -1,7 +1,423 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+"""The reviewers' dashboard (contract §7): queues, search, the step page and decisions.
+
+Function views that work without JavaScript; htmx requests get the partial they target.
+Every read starts from the user's memberships: another team's object is a 404, in pages and
+partials alike. Writes go through approvals.services only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.middleware import HtmxDetails
+
+from envelopes.models import Quarantine, Step, Tool
+from envelopes.services import StepNotFound
+
+from . import queries
+from .forms import AGE_CHOICES, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
+from .models import Membership
+from .services import DecisionRefused, step_decide, tool_cancel_held_steps, tool_resume_by_reviewer
+
+QUEUES_CHANGED = "queues-changed"  # htmx event: the nav counts refresh at once
 
 
-@login_required
-def queues(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("Holdpoint")
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """The answer to a decision, shown in the re-rendered fragment (htmx) or as a flash."""
+
+    level: str  # success | info | error
+    text: str
+    already_decided: bool = False
+
+    @property
+    def detail(self) -> str:
+        """The text under an "Already decided." heading, without repeating it."""
+        rest = self.text.removeprefix("Already decided: ")
+        return rest[:1].upper() + rest[1:]
+
+
+def dashboard_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """login_required that sends an htmx request's whole page to the login form, not a fragment."""
+
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.htmx:
+            current = request.htmx.current_url_abs_path or request.get_full_path()
+            return HttpResponseClientRedirect(redirect_to_login(current).url)
+        return redirect_to_login(request.get_full_path())
+
+    return wrapper
+
+
+def _render(
+    request: HtmxHttpRequest,
+    template: str,
+    context: dict[str, Any],
+    *,
+    partial: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    name = f"{template}#{partial}" if partial else template
+    response = render(request, name, context, status=status)
+    # The same URL answers a page or a fragment: caches must tell them apart.
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _targets(request: HtmxHttpRequest, target: str) -> bool:
+    return bool(request.htmx) and request.htmx.target == target
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    candidate = request.POST.get("next") or ""
+    if candidate and url_has_allowed_host_and_scheme(
+        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return candidate
+    return fallback
+
+
+def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url, status=303)
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+@require_GET
+@dashboard_login_required
+def queues(request: HtmxHttpRequest) -> HttpResponse:
+    memberships = queries.memberships_of(request.user)
+    filter_form = QueueFilterForm(request.GET)
+    filters = filter_form.filters()
+    teams = queries.teams_of(request.user, slug=filters.team)
+    now = timezone.now()
+    quarantine = queries.quarantined(teams, filters, now)
+    context = {
+        "filter_form": filter_form,
+        "filters": filters,
+        "memberships": memberships,
+        "multi_team": len(memberships) > 1,
+        "deciding_team_ids": {m.team_id for m in memberships if m.can_decide},
+        "step_queues": [queries.step_queue(teams, queue, filters, now) for queue in queries.STEP_QUEUES],
+        "halted_tools": queries.halted_tools(teams, filters, now),
+        "quarantine": list(quarantine[:20]),
+        "quarantine_total": quarantine.count(),
+        "choices": queries.filter_choices(teams),
+        "age_choices": AGE_CHOICES,
+        "now": now,
+    }
+    partial = "queues" if _targets(request, "queues") else None
+    return _render(request, "approvals/queues.html", context, partial=partial)
+
+
+@require_GET
+@dashboard_login_required
+def queue_counts(request: HtmxHttpRequest) -> HttpResponse:
+    counts = queries.queue_counts(queries.teams_of(request.user), timezone.now())
+    return _render(request, "approvals/_nav_counts.html", {"counts": counts})
+
+
+# --- search ------------------------------------------------------------------------------------
+
+
+@require_GET
+@dashboard_login_required
+def search(request: HtmxHttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()[:200]
+    memberships = queries.memberships_of(request.user)
+    result = None
+    if query:
+        result = queries.search_steps(queries.teams_of(request.user), query)
+        if result.single is not None:
+            return redirect("approvals:step", pk=result.single.pk)
+    context = {
+        "query": query,
+        "result": result,
+        "multi_team": len(memberships) > 1,
+        "now": timezone.now(),
+    }
+    return _render(request, "approvals/search.html", context)
+
+
+# --- the step page and decisions ---------------------------------------------------------------
+
+
+def _visible_step(request: HttpRequest, pk: int) -> tuple[Step, Membership | None]:
+    step = get_object_or_404(queries.visible_steps(request.user), pk=pk)
+    membership = queries.membership_in(queries.memberships_of(request.user), step.team_id)
+    if membership is None:  # visible_steps already requires it; never show without one
+        raise Http404
+    return step, membership
+
+
+def _step_context(
+    request: HttpRequest,
+    step: Step,
+    membership: Membership | None,
+    *,
+    form: DecisionForm | None = None,
+    feedback: Feedback | None = None,
+) -> dict[str, Any]:
+    envelope = step.last_envelope
+    return {
+        "step": step,
+        "membership": membership,
+        "multi_team": len(queries.memberships_of(request.user)) > 1,
+        "envelope": envelope,
+        "envelope_suspicious": bool(envelope and "suspicious_text" in (envelope.flags or [])),
+        "panel": queries.decision_panel(step, membership, request.user),  # type: ignore[arg-type]
+        "timeline": queries.step_timeline(step),
+        "tool_halted": step.tool.is_halted(),
+        "form": form,
+        "feedback": feedback,
+        "now": timezone.now(),
+    }
+
+
+@require_GET
+@dashboard_login_required
+def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    step, membership = _visible_step(request, pk)
+    context = _step_context(request, step, membership)
+    if _targets(request, "step-live"):
+        seen = request.GET.get("seen", "")
+        context["moved_since"] = bool(seen) and seen != step.state
+        context["seen_state"] = seen
+        return _render(request, "approvals/step.html", context, partial="step-live")
+    return _render(request, "approvals/step.html", context)
+
+
+_DONE = {
+    "approve": "Approved. The agent may now make one attempt with the approved input.",
+    "reject": "Rejected. The step is cancelled.",
+    "mark_committed": "Marked committed. The step succeeded and will not be retried.",
+    "permit_retry": "Retry permitted. The agent may try again.",
+    "cancel": "Step cancelled.",
+}
+
+
+@require_POST
+@dashboard_login_required
+def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    step, membership = _visible_step(request, pk)
+    if membership is None or not membership.can_decide:
+        raise PermissionDenied("Only reviewers and admins of this team may decide.")
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        context = _step_context(request, step, membership, form=form)
+        if request.htmx:
+            return _render(request, "approvals/step.html", context, partial="step-detail")
+        return _render(request, "approvals/step.html", context, status=422)
+
+    action = form.cleaned_data["action"]
+    try:
+        result = step_decide(
+            team=step.team,
+            step_id=step.pk,
+            actor=request.user,  # type: ignore[arg-type]
+            action=action,
+            reason=form.cleaned_data["reason"],
+            expected_state=form.cleaned_data["expected_state"],
+            expected_since=form.cleaned_data["expected_since"],
+        )
+    except PermissionError as refused:
+        raise PermissionDenied(str(refused)) from refused
+    except StepNotFound as missing:
+        raise Http404 from missing
+    except DecisionRefused as refused:
+        feedback = Feedback("error", str(refused), already_decided=refused.already_decided)
+    else:
+        if action == "approve" and not result.transitioned:
+            feedback = Feedback(
+                "info",
+                f"Your approval is recorded ({result.approvals_so_far} of "
+                f"{step.tool.required_approvals}). A second reviewer must approve "
+                "before the agent may proceed.",
+            )
+        else:
+            feedback = Feedback("success", _DONE[action])
+
+    if request.htmx:
+        step, membership = _visible_step(request, pk)
+        context = _step_context(request, step, membership, feedback=feedback)
+        response = _render(request, "approvals/step.html", context, partial="step-detail")
+        return trigger_client_event(response, QUEUES_CHANGED)
+    level = {"success": messages.SUCCESS, "info": messages.INFO, "error": messages.ERROR}
+    messages.add_message(request, level[feedback.level], feedback.text)
+    return HttpResponseRedirect(reverse("approvals:step", args=[step.pk]), status=303)
+
+
+# --- a halted tool's case ----------------------------------------------------------------------
+
+
+def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]:
+    teams = queries.teams_of(request.user, slug=team_slug)
+    tools = list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
+    if not tools:
+        raise Http404
+    return tools
+
+
+def _tool_membership(request: HttpRequest, tool: Tool) -> Membership:
+    membership = queries.membership_in(queries.memberships_of(request.user), tool.team_id)
+    if membership is None:
+        raise Http404
+    return membership
+
+
+@require_GET
+@dashboard_login_required
+def tool_incident(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    tools = _member_tools(request, tool, request.GET.get("team", ""))
+    if len(tools) > 1:
+        # The same tool name in several of the user's teams: let them pick one.
+        return _render(request, "approvals/tool_choose.html", {"tools": tools, "name": tool})
+    found = tools[0]
+    membership = _tool_membership(request, found)
+    held = queries.tool_held_steps(found)
+    context = {
+        "tool": found,
+        "membership": membership,
+        "halted": found.is_halted(),
+        "held_steps": list(held[: queries.QUEUE_LIMIT]),
+        "held_total": held.count(),
+        "history": queries.tool_circuit_history(found),
+        "now": timezone.now(),
+    }
+    return _render(request, "approvals/tool_incident.html", context)
+
+
+def _tool_for_post(request: HttpRequest, tool: str) -> tuple[Tool, Membership]:
+    team_slug = request.POST.get("team", "")
+    if not team_slug:
+        raise Http404
+    found = _member_tools(request, tool, team_slug)[0]
+    membership = _tool_membership(request, found)
+    if not membership.can_decide:
+        raise PermissionDenied("Only reviewers and admins of this team may decide.")
+    return found, membership
+
+
+def _incident_url(tool: Tool) -> str:
+    return f"{reverse('approvals:tool-incident', args=[tool.name])}?team={tool.team.slug}"
+
+
+@require_POST
+@dashboard_login_required
+def tool_resume(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    found, _ = _tool_for_post(request, tool)
+    form = ToolResumeForm(request.POST)
+    back = _safe_next(request, _incident_url(found))
+    if not form.is_valid():
+        messages.error(request, "The resume form was incomplete; nothing changed.")
+        return _redirect(request, back)
+    if not found.is_halted():
+        messages.info(request, f"{found.name} is not halted; nothing changed.")
+        return _redirect(request, back)
+    try:
+        tool_resume_by_reviewer(
+            team=found.team, tool=found, actor=request.user, reason=form.cleaned_data["reason"]  # type: ignore[arg-type]
+        )
+    except PermissionError as refused:
+        raise PermissionDenied(str(refused)) from refused
+    messages.success(request, f"{found.name} resumed: agents may call it again.")
+    return _redirect(request, back)
+
+
+@require_POST
+@dashboard_login_required
+def tool_cancel_held(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    found, _ = _tool_for_post(request, tool)
+    form = ToolCancelHeldForm(request.POST)
+    back = _safe_next(request, _incident_url(found))
+    if not form.is_valid():
+        messages.error(request, "A reason is required to cancel all held steps; nothing changed.")
+        return _redirect(request, back)
+    try:
+        cancelled = tool_cancel_held_steps(
+            team=found.team, tool=found, actor=request.user, reason=form.cleaned_data["reason"]  # type: ignore[arg-type]
+        )
+    except PermissionError as refused:
+        raise PermissionDenied(str(refused)) from refused
+    except DecisionRefused as refused:
+        messages.error(request, str(refused))
+        return _redirect(request, back)
+    noun = "step" if cancelled == 1 else "steps"
+    messages.success(request, f"Cancelled {cancelled} held {noun} of {found.name}.")
+    return _redirect(request, back)
+
+
+# --- quarantine --------------------------------------------------------------------------------
+
+
+@require_GET
+@dashboard_login_required
+def quarantine_list(request: HtmxHttpRequest) -> HttpResponse:
+    memberships = queries.memberships_of(request.user)
+    filter_form = QueueFilterForm(request.GET)
+    filters = filter_form.filters()
+    teams = queries.teams_of(request.user, slug=filters.team)
+    now = timezone.now()
+    page = Paginator(queries.quarantined(teams, filters, now), 50).get_page(request.GET.get("page"))
+    context = {
+        "filter_form": filter_form,
+        "filters": filters,
+        "memberships": memberships,
+        "multi_team": len(memberships) > 1,
+        "page": page,
+        "choices": queries.filter_choices(teams),
+        "age_choices": AGE_CHOICES,
+        "now": now,
+    }
+    return _render(request, "approvals/quarantine_list.html", context)
+
+
+def _readable_body(body: str) -> str:
+    """Indented JSON when the redacted body parses; as received otherwise. Escaped either way."""
+    try:
+        return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+    except ValueError:
+        return body
+
+
+@require_GET
+@dashboard_login_required
+def quarantine_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    item = get_object_or_404(
+        Quarantine.objects.filter(team__in=queries.teams_of(request.user)).select_related("team", "step"),
+        pk=pk,
+    )
+    memberships = queries.memberships_of(request.user)
+    context = {
+        "item": item,
+        "body": _readable_body(item.body),
+        "multi_team": len(memberships) > 1,
+        "now": timezone.now(),
+    }
+    return _render(request, "approvals/quarantine_detail.html", context)

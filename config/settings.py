@@ -129,6 +129,8 @@ HTTPS = env.bool("HOLDPOINT_HTTPS", default=not DEBUG)
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SESSION_COOKIE_HTTPONLY = True
+# htmx takes the token from the rendered hx-headers, so no script needs to read the cookie.
+CSRF_COOKIE_HTTPONLY = True
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS

@@ -22,9 +22,7 @@ class WebhookEndpointQuerySet(models.QuerySet["WebhookEndpoint"]):
 
 
 class WebhookEndpoint(models.Model):
-    team = models.ForeignKey(
-        "envelopes.Team", on_delete=models.CASCADE, related_name="webhook_endpoints"
-    )
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="webhook_endpoints")
     url = models.URLField(max_length=2000)
     # The signing secret (whsec_...). It has to be kept to sign; it is shown once at creation.
     secret = models.CharField(max_length=200)
@@ -93,19 +91,13 @@ class OutboxMessage(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=["pending", "delivered", "dead"]), name="outbox_status_valid"
             ),
-            models.CheckConstraint(
-                condition=Q(status="dead") | Q(dead_reason=""), name="outbox_dead_reason_only_dead"
-            ),
+            models.CheckConstraint(condition=Q(status="dead") | Q(dead_reason=""), name="outbox_dead_reason_only_dead"),
         ]
         indexes = [
             # The delivery sweep: pending messages whose next try is due.
-            models.Index(
-                fields=["next_try_at"], name="outbox_due_idx", condition=Q(status="pending")
-            ),
+            models.Index(fields=["next_try_at"], name="outbox_due_idx", condition=Q(status="pending")),
             # Dead letters shown to the team.
-            models.Index(
-                fields=["team", "-created_at"], name="outbox_dead_idx", condition=Q(status="dead")
-            ),
+            models.Index(fields=["team", "-created_at"], name="outbox_dead_idx", condition=Q(status="dead")),
         ]
 
     def __str__(self) -> str:
@@ -120,9 +112,7 @@ class DeliveryTryQuerySet(models.QuerySet["DeliveryTry"]):
 class DeliveryTry(models.Model):
     """One try of one message. Append-only."""
 
-    message = models.ForeignKey(
-        OutboxMessage, on_delete=models.CASCADE, related_name="delivery_tries"
-    )
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, related_name="delivery_tries")
     number = models.PositiveIntegerField()
     tried_at = models.DateTimeField(default=timezone.now)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -134,9 +124,7 @@ class DeliveryTry(models.Model):
     objects = DeliveryTryQuerySet.as_manager()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["message", "number"], name="deliverytry_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["message", "number"], name="deliverytry_unique")]
 
     def __str__(self) -> str:
         return f"try {self.number} of {self.message_id}"

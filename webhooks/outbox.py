@@ -29,9 +29,7 @@ def event_emit(
     `data` may be a callable, so that building the body costs nothing for a team without
     endpoints. Once the caller's transaction commits, a delivery task is enqueued to cut the
     wait; the beat sweep delivers the messages anyway if that enqueue is lost."""
-    endpoint_ids = list(
-        WebhookEndpoint.objects.filter(team_id=team_id, active=True).values_list("id", flat=True)
-    )
+    endpoint_ids = list(WebhookEndpoint.objects.filter(team_id=team_id, active=True).values_list("id", flat=True))
     if not endpoint_ids:
         return 0
     if callable(data):

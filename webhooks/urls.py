@@ -1,3 +1,10 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from . import views
+
+app_name = "webhooks"
+
+urlpatterns = [
+    path("webhooks/", views.dead_letters, name="dead-letters"),
+    path("webhooks/messages/<int:pk>/redeliver", views.redeliver, name="redeliver"),
+]

@@ -1,0 +1,412 @@
+"""Reads for the dashboard. Every query starts from the teams the user is a member of."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, F, Q, QuerySet
+from django.utils import timezone
+
+from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
+from envelopes.models import Attempt, AuditEvent, Envelope, Quarantine, Step, Team, Tool
+from webhooks.models import DeliveryTry
+
+from .models import Decision, Membership
+
+QUEUE_LIMIT = 50
+QUARANTINE_RECENT = timedelta(hours=24)
+AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
+_AGE_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+# The decision buttons of contract §7, in the order a reviewer reads them.
+ACTION_LABELS = {
+    "approve": "Approve",
+    "reject": "Reject",
+    "mark_committed": "Mark committed",
+    "permit_retry": "Permit retry",
+    "cancel": "Cancel step",
+}
+ACTION_HELP = {
+    "approve": "The agent may make one attempt, with the input that asked for approval.",
+    "reject": "Refuse the request: the step is cancelled and the agent must not write.",
+    "mark_committed": "The write did happen: the step succeeds and is never retried.",
+    "permit_retry": "The write did not happen: the agent may try again. "
+    "If it did happen, a retry writes twice.",
+    "cancel": "Stop the step: it is cancelled and the agent must not write.",
+}
+
+
+@dataclass(frozen=True)
+class Queue:
+    key: str
+    title: str
+    states: tuple[State, ...]
+    empty: str
+    order_by: tuple[str, ...]
+    read_only: bool = False
+
+
+STEP_QUEUES = (
+    Queue(
+        "approvals",
+        "Approvals",
+        (State.AWAITING_APPROVAL,),
+        "No steps wait for approval.",
+        ("expires_at", "state_entered_at", "id"),
+    ),
+    Queue(
+        "verifications",
+        "Verifications",
+        (State.VERIFYING,),
+        "No steps wait for verification.",
+        ("deadline", "state_entered_at", "id"),
+    ),
+    Queue(
+        "escalations",
+        "Escalations",
+        (State.ESCALATED,),
+        "No steps are escalated.",
+        ("state_entered_at", "id"),
+    ),
+    Queue(
+        "waiting",
+        "Needs input and waiting",
+        (State.NEEDS_INPUT, State.WAITING_RETRY),
+        "No steps wait for corrected input or for a retry time.",
+        ("state_entered_at", "id"),
+        read_only=True,
+    ),
+)
+QUEUE_BY_STATE = {state.value: queue for queue in STEP_QUEUES for state in queue.states}
+
+
+# --- who sees what -----------------------------------------------------------------------------
+
+
+def memberships_of(user: AbstractBaseUser | AnonymousUser) -> list[Membership]:
+    if not user.is_authenticated:
+        return []
+    return list(Membership.objects.filter(user=user).select_related("team").order_by("team__slug"))
+
+
+def teams_of(user: AbstractBaseUser | AnonymousUser, *, slug: str = "") -> QuerySet[Team]:
+    """The user's teams (one of them when `slug` names one of them)."""
+    if not user.is_authenticated:
+        return Team.objects.none()
+    teams = Team.objects.filter(memberships__user=user)
+    if slug:
+        teams = teams.filter(slug=slug)
+    return teams
+
+
+def visible_steps(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Step]:
+    return Step.objects.filter(team__in=teams_of(user)).select_related("team", "tool", "last_envelope")
+
+
+def membership_in(memberships: list[Membership], team_id: int) -> Membership | None:
+    return next((m for m in memberships if m.team_id == team_id), None)
+
+
+# --- filters -----------------------------------------------------------------------------------
+
+
+def parse_age(value: str) -> timedelta | None:
+    """`15m`, `4h`, `2d`: older than that. Anything else: no age filter."""
+    match = AGE_RE.match(value or "")
+    if match is None:
+        return None
+    return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    team: str = ""
+    tool: str = ""
+    code: str = ""
+    age: timedelta | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.team or self.tool or self.code or self.age)
+
+
+def _filter_steps(steps: QuerySet[Step], filters: QueueFilters, now: datetime) -> QuerySet[Step]:
+    if filters.tool:
+        steps = steps.filter(tool__name=filters.tool)
+    if filters.code:
+        steps = steps.filter(last_envelope__code__iexact=filters.code)
+    if filters.age:
+        steps = steps.filter(state_entered_at__lte=now - filters.age)
+    return steps
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueView:
+    queue: Queue
+    rows: list[Any]
+    total: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.rows)
+
+
+def _current_approvals() -> Count:
+    # Approvals given since the step entered its state: earlier rounds do not count.
+    return Count(
+        "decisions__reviewer",
+        filter=Q(decisions__action="approve", decisions__decided_at__gte=F("state_entered_at")),
+        distinct=True,
+    )
+
+
+def step_queue(
+    teams: QuerySet[Team], queue: Queue, filters: QueueFilters, now: datetime
+) -> QueueView:
+    steps = Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states])
+    steps = _filter_steps(steps, filters, now)
+    total = steps.count()
+    rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
+    if queue.key == "approvals":
+        rows = rows.annotate(approvals_given=_current_approvals())
+    return QueueView(queue=queue, rows=list(rows[:QUEUE_LIMIT]), total=total)
+
+
+def halted_tools(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> list[Tool]:
+    tools = Tool.objects.filter(team__in=teams).halted(now).select_related("team")
+    if filters.tool:
+        tools = tools.filter(name=filters.tool)
+    if filters.code:
+        tools = tools.filter(halted_reason__iexact=filters.code)
+    if filters.age:
+        tools = tools.filter(halted_at__lte=now - filters.age)
+    tools = tools.annotate(
+        held_steps=Count("steps", filter=Q(steps__state__in=[s.value for s in HELD]))
+    )
+    return list(tools.order_by("halted_at", "id"))
+
+
+def quarantined(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> QuerySet[Quarantine]:
+    items = Quarantine.objects.filter(team__in=teams).select_related("team", "step")
+    if filters.tool:
+        items = items.filter(tool_name=filters.tool)
+    if filters.code:
+        items = items.filter(code__iexact=filters.code)
+    if filters.age:
+        items = items.filter(received_at__lte=now - filters.age)
+    return items.order_by("-received_at", "-id")
+
+
+def queue_counts(teams: QuerySet[Team], now: datetime) -> dict[str, int]:
+    """The counts in the navigation: unfiltered, over the given teams."""
+    counts = {queue.key: 0 for queue in STEP_QUEUES}
+    by_state = (
+        Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
+        .values("state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in by_state:
+        counts[QUEUE_BY_STATE[row["state"]].key] += row["n"]
+    counts["halted"] = Tool.objects.filter(team__in=teams).halted(now).count()
+    counts["quarantine"] = Quarantine.objects.filter(
+        team__in=teams, received_at__gte=now - QUARANTINE_RECENT
+    ).count()
+    return counts
+
+
+def filter_choices(teams: QuerySet[Team]) -> dict[str, list[str]]:
+    """Tool names and codes the filter form offers."""
+    tools = sorted(set(Tool.objects.filter(team__in=teams).values_list("name", flat=True)))
+    codes = sorted(
+        set(
+            Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
+            .exclude(last_envelope__code="")
+            .exclude(last_envelope__isnull=True)
+            .values_list("last_envelope__code", flat=True)
+        )
+    )
+    return {"tools": tools, "codes": codes}
+
+
+# --- search ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SearchResult:
+    exact: list[Step]  # matched by operation_ref or correlation_id
+    others: list[Step]  # matched by run_id or resource_id
+    partial: list[Step] = field(default_factory=list)  # substring matches when nothing matched
+
+    @property
+    def single(self) -> Step | None:
+        return self.exact[0] if len(self.exact) == 1 else None
+
+    @property
+    def steps(self) -> list[Step]:
+        seen: set[int] = set()
+        ordered = []
+        for step in [*self.exact, *self.others, *self.partial]:
+            if step.pk not in seen:
+                seen.add(step.pk)
+                ordered.append(step)
+        return ordered
+
+
+def search_steps(teams: QuerySet[Team], query: str) -> SearchResult:
+    steps = Step.objects.filter(team__in=teams).select_related("team", "tool", "last_envelope")
+    by_envelope_correlation = Envelope.objects.filter(team__in=teams, correlation_id=query)
+    by_attempt_correlation = Attempt.objects.filter(step__team__in=teams, correlation_id=query)
+    exact = steps.filter(
+        Q(operation_ref=query)
+        | Q(correlation_id=query)
+        | Q(pk__in=by_envelope_correlation.values("step_id"))
+        | Q(pk__in=by_attempt_correlation.values("step_id"))
+    ).order_by("-created_at", "-id")
+    by_resource = Envelope.objects.filter(team__in=teams, resource_id=query).exclude(resource_id="")
+    others = (
+        steps.filter(Q(run_id=query) | Q(pk__in=by_resource.values("step_id")))
+        .exclude(pk__in=exact.values("pk"))
+        .order_by("-created_at", "-id")
+    )
+    result = SearchResult(exact=list(exact[:QUEUE_LIMIT]), others=list(others[:QUEUE_LIMIT]))
+    if not result.exact and not result.others and len(query) >= 3:
+        partial = steps.filter(
+            Q(operation_ref__icontains=query)
+            | Q(correlation_id__icontains=query)
+            | Q(run_id__icontains=query)
+        ).order_by("-created_at", "-id")
+        result.partial = list(partial[:QUEUE_LIMIT])
+    return result
+
+
+# --- the step page -----------------------------------------------------------------------------
+
+
+# What the timeline shows of a webhook try (never the endpoint's secret).
+_DELIVERY_FIELDS = (
+    "number",
+    "tried_at",
+    "status_code",
+    "latency_ms",
+    "error",
+    "message__event_type",
+    "message__status",
+    "message__tries",
+    "message__endpoint__url",
+)
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    kind: str  # envelope | attempt | transition | refusal | decision | circuit | webhook
+    rank: int  # orders entries written at the same instant
+    item: Any
+    audit: AuditEvent | None = None
+
+
+def step_timeline(step: Step) -> list[TimelineEntry]:
+    """Envelopes, attempts, audit links, decisions and webhook tries of one step, by time."""
+    entries: list[TimelineEntry] = []
+    for envelope in step.envelopes.order_by("received_at", "id"):
+        entries.append(TimelineEntry(envelope.received_at, "envelope", 0, envelope))
+    for attempt in step.attempt_set.order_by("number"):
+        entries.append(TimelineEntry(attempt.granted_at, "attempt", 0, attempt))
+    decision_audits: dict[tuple[str, datetime], AuditEvent] = {}
+    for event in step.audit_events.order_by("seq"):
+        if event.kind == AuditEvent.Kind.DECISION:
+            decision_audits[(event.actor, event.created_at)] = event
+            continue
+        entries.append(TimelineEntry(event.created_at, event.kind, 2, event))
+    for decision in step.decisions.select_related("reviewer"):
+        audit = decision_audits.get((decision.reviewer.get_username(), decision.decided_at))
+        entries.append(TimelineEntry(decision.decided_at, "decision", 1, decision, audit=audit))
+    until = step.updated_at if step.terminal else timezone.now()
+    circuit = AuditEvent.objects.filter(
+        chain=f"tool:{step.tool_id}",
+        kind=AuditEvent.Kind.CIRCUIT,
+        created_at__gte=step.created_at,
+        created_at__lte=until,
+    ).order_by("seq")[:20]
+    for event in circuit:
+        entries.append(TimelineEntry(event.created_at, "circuit", 2, event))
+    tries = (
+        DeliveryTry.objects.filter(message__step=step)
+        .select_related("message", "message__endpoint")
+        .only(*_DELIVERY_FIELDS)
+        .order_by("tried_at", "id")
+    )
+    for delivery in tries:
+        entries.append(TimelineEntry(delivery.tried_at, "webhook", 3, delivery))
+    entries.sort(key=lambda entry: (entry.at, entry.rank, getattr(entry.item, "pk", 0) or 0))
+    return entries
+
+
+@dataclass(frozen=True)
+class DecisionPanel:
+    """What the current user may decide on a step, and the four-eyes progress."""
+
+    step: Step
+    can_decide: bool
+    actions: list[tuple[str, str, str]]  # (action, label, help)
+    required_approvals: int
+    approvers: list[str]
+    you_approved: bool
+
+    @property
+    def approvals_given(self) -> int:
+        return len(self.approvers)
+
+
+def decision_panel(step: Step, membership: Membership | None, user: AbstractBaseUser) -> DecisionPanel:
+    allowed = allowed_reviewer_actions(State(step.state))
+    approvers: list[str] = []
+    you_approved = False
+    if "approve" in allowed:
+        approvals = (
+            Decision.objects.filter(step=step, action="approve", decided_at__gte=step.state_entered_at)
+            .select_related("reviewer")
+            .order_by("decided_at")
+        )
+        for decision in approvals:
+            name = decision.reviewer.get_username()
+            if name not in approvers:
+                approvers.append(name)
+            you_approved = you_approved or decision.reviewer_id == user.pk
+    actions = [
+        (action, ACTION_LABELS[action], ACTION_HELP[action])
+        for action in ACTION_LABELS
+        if action in allowed and not (action == "approve" and you_approved)
+    ]
+    return DecisionPanel(
+        step=step,
+        can_decide=bool(membership and membership.can_decide),
+        actions=actions,
+        required_approvals=step.tool.required_approvals,
+        approvers=approvers,
+        you_approved=you_approved,
+    )
+
+
+def tool_held_steps(tool: Tool) -> QuerySet[Step]:
+    return (
+        Step.objects.filter(team_id=tool.team_id, tool=tool, state__in=[s.value for s in HELD])
+        .select_related("team", "tool", "last_envelope")
+        .order_by("state_entered_at", "id")
+    )
+
+
+def tool_circuit_history(tool: Tool, limit: int = 20) -> list[AuditEvent]:
+    return list(
+        AuditEvent.objects.filter(chain=f"tool:{tool.pk}", kind=AuditEvent.Kind.CIRCUIT).order_by(
+            "-seq"
+        )[:limit]
+    )

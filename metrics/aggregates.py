@@ -1,0 +1,236 @@
+"""What one tool did in one hour, computed from the envelope and audit indexes.
+
+The same computation fills the hourly rollups and answers the part of a window that is not
+rolled up yet (its ragged edges and the last hour or so), so both give the same numbers.
+
+Definitions (contract §6), over rows whose time falls in [start, end):
+- envelopes: Envelope rows by received_at; `by_code` and `by_category` count error envelopes;
+  an error envelope is documented when its code was in the catalog when it arrived.
+- unknown_outcomes: transitions into `verifying` from another state.
+- resolved_by_verification: transitions out of `verifying` caused by a verification report
+  (reason verified_committed or verified_not_found: the rows whose effects list
+  `resolved_by_verification`); a reviewer's "Mark committed" is not one.
+- duplicate_writes_prevented: refusals with data.duplicate_prevented.
+- terminal_escalations: transitions into `escalated` from another state (a step that is
+  escalated again for another reason is not escalated twice).
+- approvals: requested = transitions into `awaiting_approval` from another state; approved,
+  rejected, expired = transitions with that reason; latency = time held in
+  `awaiting_approval` before an approve or reject.
+- pending recovery: the time held of every transition that leaves a held state.
+- attempt_budget_exhausted: transitions with that reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Q
+from django.db.models.functions import TruncHour
+
+from envelopes.lifecycle import State
+from envelopes.models import AuditEvent, Envelope
+
+from . import histogram
+from .activity import count_active_steps
+from .models import COUNTERS, ToolHour
+
+VERIFIED = frozenset({"verified_committed", "verified_not_found"})
+DECIDED = frozenset({"approved", "rejected"})
+ENTRY_COUNTERS = {
+    State.VERIFYING.value: "unknown_outcomes",
+    State.ESCALATED.value: "terminal_escalations",
+    State.AWAITING_APPROVAL.value: "approvals_requested",
+}
+REASON_COUNTERS = {
+    "approved": "approvals_approved",
+    "rejected": "approvals_rejected",
+    "approval_expired": "approvals_expired",
+    "attempt_budget_exhausted": "attempt_budget_exhausted",
+}
+
+
+@dataclass
+class HourCounts:
+    """Additive: the counts of two hours (or two halves of one) merge by addition."""
+
+    envelopes: int = 0
+    errors: int = 0
+    successes: int = 0
+    documented_errors: int = 0
+    redactions: int = 0
+    suspicious_text: int = 0
+    unknown_outcomes: int = 0
+    resolved_by_verification: int = 0
+    refusals: int = 0
+    duplicate_writes_prevented: int = 0
+    terminal_escalations: int = 0
+    approvals_requested: int = 0
+    approvals_approved: int = 0
+    approvals_rejected: int = 0
+    approvals_expired: int = 0
+    attempt_budget_exhausted: int = 0
+    by_code: Counter = field(default_factory=Counter)
+    by_category: Counter = field(default_factory=Counter)
+    undocumented: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recovery: Counter = field(default_factory=Counter)
+    approval_latency: Counter = field(default_factory=Counter)
+    # Steps active in the hour (see metrics.activity): units, and retractions by the time of
+    # the step's previous activity (µs since the epoch) -> [steps, attempts].
+    active_steps: int = 0
+    active_step_attempts: int = 0
+    step_retractions: dict[int, list[int]] = field(default_factory=dict)
+
+    def add(self, other: HourCounts) -> HourCounts:
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.by_code.update(other.by_code)
+        self.by_category.update(other.by_category)
+        for code, seen in other.undocumented.items():
+            self._add_undocumented(code, seen["n"], seen["category"], seen["next_action"])
+        self.recovery.update(other.recovery)
+        self.approval_latency.update(other.approval_latency)
+        self.active_steps += other.active_steps
+        self.active_step_attempts += other.active_step_attempts
+        for previous, (steps, attempts) in other.step_retractions.items():
+            entry = self.step_retractions.setdefault(previous, [0, 0])
+            entry[0] += steps
+            entry[1] += attempts
+        return self
+
+    def _add_undocumented(
+        self, code: str, n: int, categories: dict[str, int], next_actions: dict[str, int]
+    ) -> None:
+        entry = self.undocumented.setdefault(code, {"n": 0, "category": Counter(), "next_action": Counter()})
+        entry["n"] += n
+        entry["category"].update(categories)
+        entry["next_action"].update(next_actions)
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(getattr(self, name) for name in COUNTERS) and not self.recovery and not self.active_steps
+
+    # --- the stored form --------------------------------------------------------------------
+
+    def to_row(self, *, team_id: int, tool_id: int, hour: datetime) -> ToolHour:
+        return ToolHour(
+            team_id=team_id,
+            tool_id=tool_id,
+            hour=hour,
+            **{name: getattr(self, name) for name in COUNTERS},
+            by_code=dict(self.by_code),
+            by_category=dict(self.by_category),
+            undocumented={
+                code: {"n": seen["n"], "category": dict(seen["category"]), "next_action": dict(seen["next_action"])}
+                for code, seen in self.undocumented.items()
+            },
+            recovery_histogram=histogram.to_json(self.recovery),
+            approval_latency_histogram=histogram.to_json(self.approval_latency),
+            active_steps=self.active_steps,
+            active_step_attempts=self.active_step_attempts,
+            step_retractions={str(previous): entry for previous, entry in self.step_retractions.items()},
+        )
+
+    @classmethod
+    def from_row(cls, row: ToolHour) -> HourCounts:
+        counts = cls(
+            **{name: getattr(row, name) for name in COUNTERS},
+            by_code=Counter(row.by_code),
+            by_category=Counter(row.by_category),
+            recovery=histogram.from_json(row.recovery_histogram),
+            approval_latency=histogram.from_json(row.approval_latency_histogram),
+            active_steps=row.active_steps,
+            active_step_attempts=row.active_step_attempts,
+            step_retractions={int(previous): list(entry) for previous, entry in row.step_retractions.items()},
+        )
+        for code, seen in row.undocumented.items():
+            counts._add_undocumented(code, seen["n"], seen["category"], seen["next_action"])
+        return counts
+
+
+Key = tuple[int, datetime]  # (tool_id, hour)
+
+
+def aggregate_live(tool_ids: list[int], start: datetime, end: datetime) -> dict[Key, HourCounts]:
+    """The counts of each (tool, hour) for rows in [start, end), from the indexes.
+
+    Two grouped queries: envelopes on (tool, received_at), the audit log on
+    (tool, kind, created_at); and the steps active in the range (metrics.activity). Cost grows
+    with the rows in the range, never with the table.
+    """
+    result: dict[Key, HourCounts] = {}
+    if not tool_ids or start >= end:
+        return result
+
+    def counts(tool_id: int, hour: datetime) -> HourCounts:
+        return result.setdefault((tool_id, hour), HourCounts())
+
+    envelope_groups = (
+        Envelope.objects.filter(tool_id__in=tool_ids, received_at__gte=start, received_at__lt=end)
+        .annotate(hour=TruncHour("received_at"))
+        .values("tool_id", "hour", "ok", "code", "category", "next_action", "documented", "flags")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for group in envelope_groups:
+        _count_envelopes(counts(group["tool_id"], group["hour"]), group)
+
+    audit_groups = (
+        AuditEvent.objects.filter(
+            tool_id__in=tool_ids,
+            kind__in=[AuditEvent.Kind.TRANSITION, AuditEvent.Kind.REFUSAL],
+            created_at__gte=start,
+            created_at__lt=end,
+        )
+        .annotate(hour=TruncHour("created_at"), bucket=histogram.bucket_expression())
+        .values("tool_id", "hour", "kind", "before", "after", "reason", "bucket")
+        .annotate(n=Count("id"), prevented=Count("id", filter=Q(data__duplicate_prevented=True)))
+        .order_by()
+    )
+    for group in audit_groups:
+        _count_audit(counts(group["tool_id"], group["hour"]), group)
+    count_active_steps(tool_ids, start, end, counts)
+    return result
+
+
+def _count_envelopes(counts: HourCounts, group: dict[str, Any]) -> None:
+    n = group["n"]
+    flags = group["flags"] or []
+    counts.envelopes += n
+    counts.redactions += n if "redacted" in flags else 0
+    counts.suspicious_text += n if "suspicious_text" in flags else 0
+    if group["ok"]:
+        counts.successes += n
+        return
+    counts.errors += n
+    counts.by_code[group["code"]] += n
+    counts.by_category[group["category"]] += n
+    if group["documented"]:
+        counts.documented_errors += n
+    else:
+        counts._add_undocumented(
+            group["code"], n, {group["category"]: n}, {group["next_action"] or "escalate": n}
+        )
+
+
+def _count_audit(counts: HourCounts, group: dict[str, Any]) -> None:
+    n, before, after, reason = group["n"], group["before"], group["after"], group["reason"]
+    if group["kind"] == AuditEvent.Kind.REFUSAL:
+        counts.refusals += n
+        counts.duplicate_writes_prevented += group["prevented"]
+        return
+    if after in ENTRY_COUNTERS and before != after:
+        name = ENTRY_COUNTERS[after]
+        setattr(counts, name, getattr(counts, name) + n)
+    if reason in REASON_COUNTERS:
+        name = REASON_COUNTERS[reason]
+        setattr(counts, name, getattr(counts, name) + n)
+    if before == State.VERIFYING.value and reason in VERIFIED:
+        counts.resolved_by_verification += n
+    bucket = group["bucket"]
+    if bucket is not None:
+        counts.recovery[bucket] += n
+        if before == State.AWAITING_APPROVAL.value and reason in DECIDED:
+            counts.approval_latency[bucket] += n

@@ -1,0 +1,239 @@
+"""Reads: the metrics of a window, for one tool (API, tool page) or several (overview).
+
+A window [since, until) is answered from the hourly rollups for its whole, rolled hours and
+from the indexes for the rest: its ragged first and last hour and whatever is newer than the
+watermark. The work is bounded by the hours in the window plus about two hours of rows,
+however many envelopes the tables hold.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+
+from envelopes.lifecycle import HELD
+from envelopes.models import ErrorCode, Step, Tool
+from envelopes.presenters import rfc3339
+
+from . import histogram
+from .activity import attempts_per_step as _attempts_per_step
+from .activity import ceil_hour, floor_hour
+from .aggregates import HourCounts, Key, aggregate_live
+from .models import ToolHour
+from .services import rolled_through
+
+DEFAULT_WINDOW = timedelta(hours=24)
+MAX_WINDOW = timedelta(days=90)
+DOCUMENTED_SHARE_TARGET = 0.90
+
+
+def window_hours(tool_ids: list[int], since: datetime, until: datetime) -> dict[Key, HourCounts]:
+    """The counts of each (tool, hour) of the window: rolled hours plus live edges."""
+    result: dict[Key, HourCounts] = {}
+    through = rolled_through()
+    first_full, last_full = ceil_hour(since), floor_hour(until)
+    if through is not None:
+        last_full = min(last_full, through)
+    if through is not None and first_full < last_full:
+        rows = ToolHour.objects.filter(tool_id__in=tool_ids, hour__gte=first_full, hour__lt=last_full)
+        for row in rows:
+            result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
+        live = [(since, first_full), (last_full, until)]
+    else:
+        live = [(since, until)]
+    for start, end in live:
+        for key, counts in aggregate_live(tool_ids, start, end).items():
+            result.setdefault(key, HourCounts()).add(counts)
+    return result
+
+
+def merged(counts: Iterable[HourCounts]) -> HourCounts:
+    total = HourCounts()
+    for each in counts:
+        total.add(each)
+    return total
+
+
+def _share(part: int, whole: int) -> float | None:
+    return None if whole == 0 else part / whole
+
+
+def metrics_representation(
+    tool: Tool, since: datetime, until: datetime, counts: HourCounts, attempts: float | None
+) -> dict[str, Any]:
+    """The metrics shape of contract §4 (`counts`: every hour of the window, merged)."""
+    return {
+        "tool": tool.name,
+        "since": rfc3339(since),
+        "until": rfc3339(until),
+        "envelopes": {
+            "total": counts.envelopes,
+            "errors": counts.errors,
+            "successes": counts.successes,
+            "by_code": dict(sorted(counts.by_code.items())),
+            "by_category": dict(sorted(counts.by_category.items())),
+        },
+        "documented_code_share": _share(counts.documented_errors, counts.errors),
+        "unknown_outcomes": counts.unknown_outcomes,
+        "resolved_by_verification": counts.resolved_by_verification,
+        "duplicate_writes_prevented": counts.duplicate_writes_prevented,
+        "pending_recovery_seconds": histogram.p50_p95(counts.recovery),
+        "terminal_escalations": counts.terminal_escalations,
+        "approvals": {
+            "requested": counts.approvals_requested,
+            "approved": counts.approvals_approved,
+            "rejected": counts.approvals_rejected,
+            "expired": counts.approvals_expired,
+            "latency_seconds": histogram.p50_p95(counts.approval_latency),
+        },
+        "attempts_per_step": attempts,
+        "attempt_budget_exhausted": counts.attempt_budget_exhausted,
+        "redactions": counts.redactions,
+        "suspicious_text": counts.suspicious_text,
+    }
+
+
+def tool_metrics(tool: Tool, since: datetime, until: datetime) -> dict[str, Any]:
+    counts = merged(window_hours([tool.pk], since, until).values())
+    return metrics_representation(tool, since, until, counts, _attempts_per_step(counts, since))
+
+
+# --- series for the charts ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Series:
+    """A window cut into equal bins, with the counts of each bin."""
+
+    since: datetime
+    until: datetime
+    bin_size: timedelta
+    bins: list[tuple[datetime, HourCounts]]
+    total: HourCounts
+
+
+def tool_series(tool: Tool, since: datetime, until: datetime, bin_size: timedelta) -> Series:
+    """The window's counts per bin (bins start at `since`; bin_size a whole number of hours)."""
+    hours = window_hours([tool.pk], since, until)
+    starts = []
+    moment = since
+    while moment < until:
+        starts.append(moment)
+        moment += bin_size
+    bins = {start: HourCounts() for start in starts}
+    for (_, hour), counts in hours.items():
+        # A live edge's hour may start before `since`: it belongs to the first bin.
+        index = max(0, int((hour - since) / bin_size)) if hour >= since else 0
+        bins[starts[min(index, len(starts) - 1)]].add(counts)
+    total = merged(bins.values())
+    return Series(since=since, until=until, bin_size=bin_size, bins=list(bins.items()), total=total)
+
+
+# --- the tool page's other panels --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UndocumentedCode:
+    code: str
+    count: int
+    category: str  # the category agents sent most often with it
+    next_action: str
+
+
+def undocumented_codes(tool: Tool, counts: HourCounts) -> list[UndocumentedCode]:
+    """Codes that arrived undocumented in the window and are still not in the catalog."""
+    documented_now = set(
+        ErrorCode.objects.filter(Q(tool=tool) | Q(tool__isnull=True), team_id=tool.team_id)
+        .filter(code__in=list(counts.undocumented))
+        .values_list("code", flat=True)
+    )
+    found = []
+    for code, seen in counts.undocumented.items():
+        if code in documented_now:
+            continue
+        category = Counter(seen["category"]).most_common(1)[0][0]
+        next_action = Counter(seen["next_action"]).most_common(1)[0][0]
+        found.append(UndocumentedCode(code=code, count=seen["n"], category=category, next_action=next_action))
+    return sorted(found, key=lambda entry: (-entry.count, entry.code))
+
+
+def catalog(tool: Tool) -> list[ErrorCode]:
+    return list(
+        ErrorCode.objects.filter(Q(tool=tool) | Q(tool__isnull=True), team_id=tool.team_id).order_by(
+            "code", "tool_id"
+        )
+    )
+
+
+@dataclass(frozen=True)
+class HeldNow:
+    count: int
+    oldest_entered_at: datetime | None
+
+
+def held_now(tools: list[Tool]) -> dict[int, HeldNow]:
+    """Held steps per tool and the oldest one's entry time (the team, tool, state index)."""
+    rows = (
+        Step.objects.filter(
+            team_id__in={tool.team_id for tool in tools},
+            tool_id__in=[tool.pk for tool in tools],
+            state__in=[state.value for state in HELD],
+        )
+        .values("tool_id")
+        .annotate(n=Count("id"), oldest=Min("state_entered_at"))
+        .order_by()
+    )
+    return {row["tool_id"]: HeldNow(row["n"], row["oldest"]) for row in rows}
+
+
+# --- the overview ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolHeadline:
+    tool: Tool
+    counts: HourCounts
+    held: HeldNow
+    since: datetime
+
+    @property
+    def attempts_per_step(self) -> float | None:
+        return _attempts_per_step(self.counts, self.since)
+
+    @property
+    def documented_code_share(self) -> float | None:
+        return _share(self.counts.documented_errors, self.counts.errors)
+
+    @property
+    def below_target(self) -> bool:
+        share = self.documented_code_share
+        return share is not None and share < DOCUMENTED_SHARE_TARGET
+
+    @property
+    def recovery(self) -> dict[str, float | None]:
+        return histogram.p50_p95(self.counts.recovery)
+
+    @property
+    def latency(self) -> dict[str, float | None]:
+        return histogram.p50_p95(self.counts.approval_latency)
+
+
+def overview(tools: list[Tool], since: datetime, until: datetime) -> list[ToolHeadline]:
+    """Headline figures of several tools: one rollup read and two live reads for all of them."""
+    ids = [tool.pk for tool in tools]
+    per_tool: dict[int, HourCounts] = {tool_id: HourCounts() for tool_id in ids}
+    for (tool_id, _), counts in window_hours(ids, since, until).items():
+        per_tool[tool_id].add(counts)
+    held = held_now(tools)
+    return [ToolHeadline(tool, per_tool[tool.pk], held.get(tool.pk, HeldNow(0, None)), since) for tool in tools]
+
+
+def default_window(now: datetime | None = None) -> tuple[datetime, datetime]:
+    until = now or timezone.now()
+    return until - DEFAULT_WINDOW, until

@@ -1,0 +1,127 @@
+"""The metrics app's only writes: rolling closed hours up into ToolHour and ToolTotal.
+
+An hour is rolled once it closed `SETTLE` ago, so that a transaction that stamped a row just
+before the hour's end has committed. Every roll recomputes whole hours and replaces their
+rows: running it twice, or two workers at once (they queue on the watermark row), changes
+nothing. A row stamped into an hour that is already rolled (a backfill, a restore, a test
+with an explicit `now=`) is only counted once that hour is rolled again:
+`metrics_rollup(rebuild_from=...)`, or `python manage.py rollup_metrics --rebuild-from`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from envelopes.models import AuditEvent, Envelope, Tool
+
+from .activity import HOUR, floor_hour
+from .aggregates import aggregate_live
+from .models import COUNTERS, MetricsWatermark, ToolHour, ToolTotal
+
+SETTLE = timedelta(minutes=5)
+CHUNK = timedelta(days=1)  # hours rolled per transaction
+
+
+def rolled_through() -> datetime | None:
+    """Every hour before this is in ToolHour (None: nothing is rolled yet)."""
+    return MetricsWatermark.objects.filter(pk=MetricsWatermark.SINGLETON).values_list(
+        "rolled_through", flat=True
+    ).first()
+
+
+def _earliest_activity(tools: list[Tool]) -> datetime | None:
+    """The first envelope or audit row of any tool, found on the per-tool indexes."""
+    firsts = []
+    for tool in tools:
+        firsts.append(
+            Envelope.objects.filter(tool=tool).order_by("received_at").values_list("received_at", flat=True).first()
+        )
+        for kind in (AuditEvent.Kind.TRANSITION, AuditEvent.Kind.REFUSAL):
+            firsts.append(
+                AuditEvent.objects.filter(tool=tool, kind=kind)
+                .order_by("created_at")
+                .values_list("created_at", flat=True)
+                .first()
+            )
+    found = [first for first in firsts if first is not None]
+    return min(found) if found else None
+
+
+def _roll_range(tools: list[Tool], start: datetime, end: datetime) -> set[int]:
+    """Recompute the hours [start, end) of every tool; returns the tools whose rows changed."""
+    touched: set[int] = set()
+    for tool in tools:
+        counts = aggregate_live([tool.pk], start, end)
+        deleted, _ = ToolHour.objects.filter(tool=tool, hour__gte=start, hour__lt=end).delete()
+        rows = [
+            hour_counts.to_row(team_id=tool.team_id, tool_id=tool.pk, hour=hour)
+            for (_, hour), hour_counts in sorted(counts.items())
+            if not hour_counts.is_empty
+        ]
+        ToolHour.objects.bulk_create(rows, batch_size=500)
+        if deleted or rows:
+            touched.add(tool.pk)
+    return touched
+
+
+def _refresh_totals(tool_ids: set[int], now: datetime) -> None:
+    tools = {tool.pk: tool for tool in Tool.objects.filter(pk__in=tool_ids)}
+    sums = {
+        row["tool_id"]: row
+        for row in ToolHour.objects.filter(tool_id__in=tool_ids)
+        .values("tool_id")
+        .annotate(**{name: Sum(name) for name in COUNTERS})
+        .order_by()
+    }
+    for tool_id, tool in tools.items():
+        row = sums.get(tool_id, {})
+        ToolTotal.objects.update_or_create(
+            tool=tool,
+            defaults={
+                "team_id": tool.team_id,
+                "updated_at": now,
+                **{name: row.get(name) or 0 for name in COUNTERS},
+            },
+        )
+
+
+def metrics_rollup(*, now: datetime | None = None, rebuild_from: datetime | None = None) -> int:
+    """Roll every closed hour not rolled yet (and, with `rebuild_from`, every hour from then on
+    again). Returns the number of hours rolled.
+
+    Each chunk of hours is one transaction under the watermark's row lock, so a second worker
+    waits, then finds the hours done.
+    """
+    now = now or timezone.now()
+    target = floor_hour(now - SETTLE)
+    MetricsWatermark.objects.get_or_create(pk=MetricsWatermark.SINGLETON)
+    rebuild_next = floor_hour(rebuild_from) if rebuild_from else None
+    rolled = 0
+    while True:
+        with transaction.atomic():
+            watermark = MetricsWatermark.objects.select_for_update().get(pk=MetricsWatermark.SINGLETON)
+            tools = list(Tool.objects.order_by("pk"))
+            start = watermark.rolled_through
+            if start is None:
+                earliest = _earliest_activity(tools)
+                start = floor_hour(earliest) if earliest else target
+            if rebuild_next is not None:
+                start = min(start, rebuild_next)
+            if start >= target:
+                if watermark.rolled_through is None:
+                    # Nothing happened before target: the first hours to roll start there.
+                    watermark.rolled_through, watermark.updated_at = target, now
+                    watermark.save()
+                return rolled
+            end = min(start + CHUNK, target)
+            _refresh_totals(_roll_range(tools, start, end), now)
+            watermark.rolled_through = max(watermark.rolled_through or end, end)
+            watermark.updated_at = now
+            watermark.save()
+        rolled += int((end - start) / HOUR)
+        if rebuild_next is not None:
+            rebuild_next = end

@@ -1,0 +1,235 @@
+"""The tool page, the overview, and `/metrics` for Prometheus.
+
+Pages start from the user's memberships: another team's tool is a 404. Viewers and reviewers
+read; admins also edit the catalog (through envelopes.configuration.error_code_upsert).
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import queries as dashboard
+from approvals.models import Membership
+from approvals.views import HtmxHttpRequest, dashboard_login_required
+from envelopes.configuration import ConfigurationError, error_code_upsert
+from envelopes.models import TOOL_NAME_RE, Tool
+
+from . import prometheus
+from .activity import attempts_per_step
+from .aggregates import HourCounts
+from .forms import ErrorCodeForm, initial_for_entry, initial_for_undocumented
+from .panels import DEFAULT_WINDOW_KEY, WINDOWS, tool_charts
+from .queries import (
+    DOCUMENTED_SHARE_TARGET,
+    catalog,
+    default_window,
+    held_now,
+    metrics_representation,
+    overview,
+    tool_series,
+    undocumented_codes,
+)
+
+SETTINGS_SHOWN = (
+    ("side_effects", "Writes (side effects)"),
+    ("required_approvals", "Approvals required"),
+    ("max_attempts", "Attempts at most"),
+    ("consistency_window_s", "Consistency window (s)"),
+    ("verification_deadline_s", "Verification deadline (s)"),
+    ("approval_ttl_s", "Approval expires after (s)"),
+    ("halt_cooldown_s", "Halt cooldown (s)"),
+    ("safe_detail_keys", "Extra safe_details keys"),
+    ("strict_codes", "Refuse undocumented codes"),
+)
+
+
+def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]:
+    if not re.fullmatch(TOOL_NAME_RE, name) or (team_slug and not re.fullmatch(r"[-a-zA-Z0-9_]{1,64}", team_slug)):
+        raise Http404("No such tool in your teams.")
+    teams = dashboard.teams_of(request.user, slug=team_slug)
+    tools = list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
+    if not tools:
+        raise Http404("No such tool in your teams.")
+    return tools
+
+
+def _membership(request: HttpRequest, tool: Tool) -> Membership:
+    membership = dashboard.membership_in(dashboard.memberships_of(request.user), tool.team_id)
+    if membership is None:
+        raise Http404("No such tool in your teams.")
+    return membership
+
+
+def _setting(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "–"
+    return str(value)
+
+
+def tool_page_url(tool: Tool, window: str = "", anchor: str = "") -> str:
+    query = {"team": tool.team.slug}
+    if window and window != DEFAULT_WINDOW_KEY:
+        query["window"] = window
+    return f"{reverse('metrics-tool', args=[tool.name])}?{urlencode(query)}{anchor}"
+
+
+@require_GET
+@dashboard_login_required
+def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    tools = _member_tools(request, tool, request.GET.get("team", ""))
+    if len(tools) > 1:
+        return render(request, "metrics/tool_choose.html", {"tools": tools, "name": tool})
+    found = tools[0]
+    membership = _membership(request, found)
+    window = WINDOWS.get(request.GET.get("window", ""), WINDOWS[DEFAULT_WINDOW_KEY])
+    now = timezone.now()
+    since, until = window.bounds(now)
+    series = tool_series(found, since, until, window.bin_size)
+    metrics = metrics_representation(found, since, until, series.total, attempts_per_step(series.total, since))
+    context = {
+        "tool": found,
+        "membership": membership,
+        "can_administer": membership.can_administer,
+        "can_decide": membership.can_decide,
+        "window": window,
+        "windows": [(w, tool_page_url(found, w.key)) for w in WINDOWS.values()],
+        "since": since,
+        "until": until,
+        "now": now,
+        "metrics": metrics,
+        "share_below_target": (
+            metrics["documented_code_share"] is not None
+            and metrics["documented_code_share"] < DOCUMENTED_SHARE_TARGET
+        ),
+        "target": DOCUMENTED_SHARE_TARGET,
+        "charts": tool_charts(series),
+        "held": held_now([found]).get(found.pk),
+        "halted": found.is_halted(now),
+        "settings_rows": [(label, _setting(getattr(found, name))) for name, label in SETTINGS_SHOWN],
+        "page_url": tool_page_url(found, window.key),
+        **_codes_context(found, series.total, membership.can_administer),
+    }
+    partial = "metrics" if request.htmx and request.htmx.target == "tool-metrics" else None
+    name = f"metrics/tool.html#{partial}" if partial else "metrics/tool.html"
+    response = render(request, name, context)
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool) -> dict[str, Any]:
+    undocumented = undocumented_codes(tool, counts)
+    entries = catalog(tool)
+    if not can_administer:
+        return {"undocumented": [(code, None) for code in undocumented], "catalog": [(e, None) for e in entries]}
+    return {
+        "undocumented": [
+            (seen, ErrorCodeForm(initial=initial_for_undocumented(seen), prefix=f"doc-{seen.code}"))
+            for seen in undocumented
+        ],
+        "catalog": [
+            (entry, ErrorCodeForm(initial=initial_for_entry(entry), prefix=f"edit-{entry.pk}")) for entry in entries
+        ],
+        "new_code_form": ErrorCodeForm(prefix="new"),
+    }
+
+
+@require_POST
+@dashboard_login_required
+def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    """Add, change or document one catalog entry (admins of the tool's team)."""
+    team_slug = request.POST.get("team", "")
+    if not team_slug:
+        raise Http404("Name the tool's team.")
+    found = _member_tools(request, tool, team_slug)[0]
+    membership = _membership(request, found)
+    if not membership.can_administer:
+        raise PermissionDenied("Only admins of this team edit the catalog.")
+    prefix = request.POST.get("form_prefix", "")
+    if not prefix.replace("-", "").replace("_", "").isalnum():
+        prefix = "new"
+    form = ErrorCodeForm(request.POST, prefix=prefix)
+    back = tool_page_url(found, request.POST.get("window", ""), "#catalog")
+    if not form.is_valid():
+        problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"The code was not saved: {problems}")
+        return HttpResponseRedirect(back, status=303)
+    data = form.cleaned_data
+    try:
+        entry = error_code_upsert(
+            team=found.team,
+            tool_name=found.name if data["scope"] == "tool" else "*",
+            code=data["code"],
+            fields=form.entry_fields(),
+        )
+    except ConfigurationError as error:
+        messages.error(request, f"The code was not saved: {error}")
+        return HttpResponseRedirect(back, status=303)
+    where = "for this tool" if entry.tool_id else "for every tool of the team"
+    messages.success(request, f"{entry.code} is documented {where}.")
+    return HttpResponseRedirect(back, status=303)
+
+
+@require_GET
+@dashboard_login_required
+def overview_page(request: HtmxHttpRequest) -> HttpResponse:
+    teams = dashboard.teams_of(request.user)
+    tools = list(Tool.objects.filter(team__in=teams).select_related("team").order_by("team__slug", "name"))
+    since, until = default_window()
+    rows = overview(tools, since, until)
+    context = {
+        "rows": [(row, tool_page_url(row.tool)) for row in rows],
+        "since": since,
+        "until": until,
+        "now": until,
+        "target": DOCUMENTED_SHARE_TARGET,
+        "multi_team": len({tool.team_id for tool in tools}) > 1,
+        "has_teams": teams.exists(),
+    }
+    polled = request.htmx and request.htmx.target == "overview"
+    name = "metrics/overview.html#overview" if polled else "metrics/overview.html"
+    response = render(request, name, context)
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _scraper_allowed(request: HttpRequest) -> bool:
+    """A staff session, or `Authorization: Bearer <HOLDPOINT_METRICS_TOKEN>` when that is set.
+
+    The labels name teams and tools, so the endpoint is never public; Prometheus scrapes it
+    with the token (`authorization: {credentials: ...}` in its scrape config).
+    """
+    token = getattr(settings, "HOLDPOINT_METRICS_TOKEN", "") or ""
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return True
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+@require_GET
+def prometheus_metrics(request: HttpRequest) -> HttpResponse:
+    if not _scraper_allowed(request):
+        response = HttpResponse(
+            "Authentication required: a staff session, or Authorization: Bearer <HOLDPOINT_METRICS_TOKEN>.\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="holdpoint-metrics"'
+        return response
+    return HttpResponse(prometheus.render(prometheus.families()), content_type=prometheus.CONTENT_TYPE)

@@ -1,0 +1,133 @@
+"""The wire shapes of the Holdpoint API (contract v1, section 4), as TypedDicts.
+
+Holdpoint may add fields within v1; it never renames these. Times are RFC 3339 strings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Action = Literal["proceed", "wait", "verify", "fix_input", "hold", "stop"]
+StepState = Literal[
+    "in_progress",
+    "needs_input",
+    "waiting_retry",
+    "retry_ready",
+    "verifying",
+    "awaiting_approval",
+    "escalated",
+    "succeeded",
+    "cancelled",
+    "failed",
+]
+VerificationOutcome = Literal["committed", "not_found", "unavailable"]
+
+
+class Directive(TypedDict):
+    action: Action
+    may_write: bool
+    not_before: str | None
+    reason: str
+
+
+class EnvelopeSummary(TypedDict):
+    envelope_id: int
+    ok: bool
+    code: str | None
+    category: str | None
+    commit_state: str | None
+    next_action: str | None
+    scope: str | None
+    resource_id: str | None
+    safe_details: dict[str, Any]
+    occurred_at: str | None
+
+
+class DecisionRecord(TypedDict):
+    action: str
+    reviewer: str
+    reason: str
+    decided_at: str
+
+
+class Step(TypedDict):
+    operation_ref: str
+    tool: str
+    state: StepState
+    held: bool
+    reason: str
+    correlation_id: str | None
+    run_id: str | None
+    attempts: int
+    max_attempts: int
+    not_before: str | None
+    deadline: str | None
+    directive: Directive
+    last_envelope: EnvelopeSummary | None
+    decisions: list[DecisionRecord]
+    created_at: str
+    updated_at: str
+    url: str
+
+
+class IngestAnswer(TypedDict):
+    envelope_id: int
+    correlation_id: str
+    step: Step
+    directive: Directive
+    dropped_detail_keys: list[str]
+    flags: NotRequired[list[str]]
+
+
+class AttemptGrant(TypedDict):
+    attempt: int
+    step: Step
+    directive: Directive
+
+
+class StepAnswer(TypedDict):
+    step: Step
+    directive: Directive
+
+
+class StepPage(TypedDict):
+    results: list[Step]
+    next: str | None
+
+
+class ErrorCodeEntry(TypedDict):
+    code: str
+    scope: Literal["tool", "team"]
+    category: str
+    retry_class: str
+    next_action: str
+    side_effect: str
+    description: str
+    hint: str
+
+
+class CodeList(TypedDict):
+    tool: str
+    codes: list[ErrorCodeEntry]
+
+
+class SkippedResource(TypedDict):
+    resource_id: str
+    correlation_id: str
+    code: str
+    operation_ref: str
+    occurred_at: str
+
+
+class Skipped(TypedDict):
+    run_id: str
+    skipped: list[SkippedResource]
+
+
+# The metrics answer is wide and grows with minor versions: read it as a mapping.
+Metrics = dict[str, Any]
+
+
+class WebhookEvent(TypedDict):
+    type: str
+    timestamp: str
+    data: dict[str, Any]

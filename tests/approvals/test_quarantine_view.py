@@ -1,0 +1,61 @@
+"""The quarantine: payloads that broke the contract, listed per team and shown escaped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from envelopes.models import Quarantine
+from tests.approvals.conftest import approval_envelope, logged_in
+from tests.conftest import AgentClient
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def quarantined(agent: AgentClient) -> Quarantine:
+    body = approval_envelope(operation_ref="run_q/1", agent_message="<script>alert(1)</script>")
+    body["category"] = "not-a-category"
+    response = agent.envelope(body)
+    assert response.status_code == 422
+    return Quarantine.objects.get()
+
+
+def test_the_list_shows_the_payload_and_the_rule(rita: Client, quarantined: Quarantine) -> None:
+    html = rita.get("/quarantine/").content.decode()
+
+    assert f'href="/quarantine/{quarantined.pk}/"' in html
+    assert f"<code>{quarantined.code}</code>" in html
+    assert "run_q/1" in html
+
+
+def test_the_queue_page_lists_recent_quarantine(rita: Client, quarantined: Quarantine) -> None:
+    html = rita.get("/").content.decode()
+
+    assert f'href="/quarantine/{quarantined.pk}/"' in html
+    assert "No payload was quarantined." not in html
+
+
+def test_the_detail_shows_the_body_escaped_and_untrusted(rita: Client, quarantined: Quarantine) -> None:
+    html = rita.get(f"/quarantine/{quarantined.pk}/").content.decode()
+
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert '<div class="untrusted" hx-disable>' in html
+    assert "<code>category</code>" in html
+
+
+def test_another_teams_quarantine_is_404(
+    make_reviewer: Any, other_team: Any, quarantined: Quarantine
+) -> None:
+    otto = logged_in(make_reviewer("otto", "reviewer", in_team=other_team))
+
+    assert otto.get(f"/quarantine/{quarantined.pk}/").status_code == 404
+    assert "run_q/1" not in otto.get("/quarantine/").content.decode()
+
+
+def test_the_quarantine_filters_by_tool(rita: Client, quarantined: Quarantine) -> None:
+    assert "run_q/1" in rita.get("/quarantine/?tool=charge_card").content.decode()
+    assert "run_q/1" not in rita.get("/quarantine/?tool=send_email").content.decode()

@@ -1,0 +1,72 @@
+"""The hourly rollups: idempotent, settled, and complete once rolled again after a backfill."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import Sum
+
+from envelopes.models import Envelope, Tool
+from metrics.models import COUNTERS, ToolHour, ToolTotal
+from metrics.queries import tool_metrics
+from metrics.services import metrics_rollup, rolled_through
+from tests.metrics.conftest import TOOL, Agent, S, U, at
+
+pytestmark = pytest.mark.django_db
+
+
+def rows() -> list[tuple]:
+    fields = ("tool_id", "hour", *COUNTERS, "by_code", "recovery_histogram")
+    return list(ToolHour.objects.order_by("tool_id", "hour").values_list(*fields))
+
+
+def test_rolling_twice_changes_nothing(scenario) -> None:
+    assert metrics_rollup(now=U + timedelta(hours=2)) == 4  # 09:00 (Q's first row) up to 13:00
+    first, totals = rows(), list(ToolTotal.objects.values_list("tool_id", *COUNTERS).order_by("tool_id"))
+    assert metrics_rollup(now=U + timedelta(hours=2)) == 0
+    assert metrics_rollup(now=U + timedelta(hours=2), rebuild_from=S) == 3
+    assert rows() == first
+    assert list(ToolTotal.objects.values_list("tool_id", *COUNTERS).order_by("tool_id")) == totals
+
+
+def test_an_hour_is_rolled_only_five_minutes_after_it_closed(scenario) -> None:
+    metrics_rollup(now=U + timedelta(minutes=4, seconds=59))
+    assert rolled_through() == U - timedelta(hours=1)
+    metrics_rollup(now=U + timedelta(minutes=5))
+    assert rolled_through() == U
+
+
+def test_hours_hold_what_happened_in_them(scenario) -> None:
+    metrics_rollup(now=U + timedelta(hours=2))
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    by_hour = {row.hour: row for row in ToolHour.objects.filter(tool=tool)}
+    assert sorted(by_hour) == [S - timedelta(hours=1), S, S + timedelta(hours=1), U]
+    ten, eleven, noon = by_hour[S], by_hour[S + timedelta(hours=1)], by_hour[U]
+    nine = by_hour[S - timedelta(hours=1)]
+    assert (nine.envelopes, nine.errors) == (3, 3)  # Q, R, N
+    assert (ten.envelopes, ten.errors, ten.successes) == (7, 4, 3)  # A, B twice, C twice, D, E
+    assert ten.by_code == {"INVALID_RECIPIENT_ADDRESS": 1, "RATE_LIMITED": 1, "OUTCOME_UNKNOWN": 2}
+    # R 400 (at S), B 90, C 100, D 300, E 400, F 200: whole-second buckets
+    assert ten.recovery_histogram == {"90": 1, "100": 1, "200": 1, "300": 1, "400": 2}
+    approvals = (eleven.approvals_requested, eleven.approvals_approved, eleven.approvals_rejected)
+    assert (*approvals, eleven.approvals_expired) == (3, 1, 1, 1)
+    assert (noon.envelopes, noon.terminal_escalations) == (1, 1)  # P, exactly at U
+
+
+def test_totals_are_the_sum_of_the_hours(scenario) -> None:
+    metrics_rollup(now=U + timedelta(hours=2))
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    total = ToolTotal.objects.get(tool=tool)
+    summed = ToolHour.objects.filter(tool=tool).aggregate(**{name: Sum(name) for name in COUNTERS})
+    assert {name: getattr(total, name) for name in COUNTERS} == summed
+    assert total.envelopes == 18 == Envelope.objects.filter(tool=tool).count()
+
+
+def test_a_row_stamped_into_a_rolled_hour_counts_once_that_hour_is_rolled_again(scenario) -> None:
+    metrics_rollup(now=U + timedelta(hours=2))
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    Agent(scenario).ok("late", at(30))  # a backfill into 10:00, already rolled
+    assert tool_metrics(tool, S, U)["envelopes"]["successes"] == 3
+    metrics_rollup(now=U + timedelta(hours=2), rebuild_from=S)
+    assert tool_metrics(tool, S, U)["envelopes"]["successes"] == 4

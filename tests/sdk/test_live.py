@@ -1,0 +1,105 @@
+"""End to end: the SDK against a real Holdpoint (pytest-django's live_server)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from django.db import connection
+from django.test.utils import override_settings
+from holdpoint_sdk import Failure, Holdpoint, ToolError, Unauthorized
+from pytest_django.live_server_helper import LiveServer
+
+from approvals.services import reviewer_create, step_decide
+from envelopes.configuration import api_key_create, team_create
+from envelopes.models import Step
+
+
+@pytest.fixture(scope="session")
+def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """pytest-django's live server, built while the HTTPS redirect is off: SecurityMiddleware
+    reads SECURE_SSL_REDIRECT once, when the server thread builds its handler."""
+    address = request.config.getvalue("liveserver") or "localhost"
+    with override_settings(SECURE_SSL_REDIRECT=False, SECURE_HSTS_SECONDS=0):
+        server = LiveServer(address)
+    yield server
+    server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_drives_the_real_api_through_the_sdk(live_server: LiveServer, request: pytest.FixtureRequest) -> None:
+    team = team_create(slug="e2e")
+    hp = Holdpoint(live_server.url, api_key_create(team=team, name="sdk").raw, timeout=5)
+    # Closed at the end: a kept-alive connection keeps a server thread (and its DB session).
+    request.addfinalizer(hp.close)
+    invoice = {"customer": "cus_1", "amount": 1250}
+
+    # A call that commits.
+    done = hp.guarded_call(
+        tool="create_invoice", operation_ref="e2e/1", input=invoice, run_id="e2e",
+        call=lambda: {"invoice_id": "inv_1"},
+    )  # fmt: skip
+    assert done.ok and (done.step["state"], done.action) == ("succeeded", "stop")
+
+    # Writing it again is refused by the gate: the call is not made.
+    again = hp.guarded_call(tool="create_invoice", operation_ref="e2e/1", input=invoice, call=lambda: 1 / 0)
+    assert again.refused and again.refusal is not None
+    assert again.refusal.code == "already_committed"
+
+    # A timeout after the request left: unknown, verified by operation_ref.
+    def times_out() -> None:
+        raise httpx.ReadTimeout("the provider did not answer")
+
+    unknown = hp.guarded_call(tool="create_invoice", operation_ref="e2e/2", input=invoice, run_id="e2e", call=times_out)
+    assert (unknown.step["state"], unknown.action) == ("verifying", "verify")
+    verified = hp.report_verification("e2e/2", outcome="committed", evidence_ref="inv_2")
+    assert verified["step"]["state"] == "succeeded"
+
+    # An approval: the agent holds, a reviewer approves, the agent learns it by polling.
+    def refund() -> None:
+        raise ToolError(Failure.approval_required("REFUND_ABOVE_LIMIT", safe_details={"limit": 500}))
+
+    held = hp.guarded_call(tool="refund", operation_ref="e2e/3", input={"amount": 900}, call=refund)
+    assert (held.step["state"], held.action) == ("awaiting_approval", "hold")
+    reviewer = reviewer_create(username="rita", password="x-unused-pw-1", team=team, role="reviewer")
+    step_id = Step.objects.get(team=team, operation_ref="e2e/3").pk
+
+    def approve_later() -> None:
+        time.sleep(0.5)
+        step_decide(team=team, step_id=step_id, actor=reviewer, action="approve")
+        connection.close()
+
+    approver = threading.Thread(target=approve_later)
+    approver.start()
+    decided = hp.wait_for_decision("e2e/3", timeout=20, initial_interval=0.1, max_interval=0.5)
+    approver.join()
+    assert decided["directive"] == {
+        "action": "proceed", "may_write": True, "not_before": None, "reason": "approved",
+    }  # fmt: skip
+    assert [d["action"] for d in decided["decisions"]] == ["approve"]
+    released = hp.guarded_call(
+        tool="refund", operation_ref="e2e/3", input={"amount": 900}, call=lambda: {"refund": "re_1"}
+    )
+    assert released.ok and released.step["state"] == "succeeded"
+
+    # A 429 from the provider: the step waits until an absolute not_before.
+    limited = hp.guarded_call(
+        tool="create_invoice", operation_ref="e2e/4", input=invoice, run_id="e2e",
+        call=lambda: httpx.Response(429, headers={"Retry-After": "60"}),
+    )  # fmt: skip
+    assert (limited.step["state"], limited.action) == ("waiting_retry", "wait")
+    assert limited.not_before is not None
+
+    # Reads: the cursor iterates the run's steps; a conditional read costs a 304.
+    assert {s["operation_ref"] for s in hp.list_steps(run_id="e2e", page_size=1)} == {
+        "e2e/1", "e2e/2", "e2e/4",
+    }  # fmt: skip
+    first = hp.get_step_if_changed("e2e/4", etag=None)
+    assert first.modified and not hp.get_step_if_changed("e2e/4", etag=first.etag).modified
+
+    # A bad key is a typed error.
+    with pytest.raises(Unauthorized), Holdpoint(live_server.url, "hp_wrong") as stranger:
+        stranger.get_step("e2e/1")

@@ -1,0 +1,84 @@
+"""The outbox: one message per active endpoint, written in the transition's transaction,
+and a prompt delivery enqueued after commit that a broker outage cannot break."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from envelopes.models import Team
+from tests.conftest import error_envelope
+from webhooks.models import OutboxMessage, WebhookEndpoint
+from webhooks.outbox import enqueue_delivery, event_emit
+from webhooks.services import endpoint_create
+
+
+def test_a_team_without_endpoints_queues_nothing_and_builds_no_body(team: Team) -> None:
+    def build() -> dict:
+        raise AssertionError("the body must not be built")
+
+    assert event_emit(team_id=team.pk, event_type="tool.resumed", data=build) == 0
+    assert not OutboxMessage.objects.exists()
+
+
+def test_one_message_per_active_endpoint_with_distinct_webhook_ids(
+    team: Team, allow_private: None, no_prompt_delivery: list[int]
+) -> None:
+    for port in (9001, 9002, 9003):
+        endpoint_create(team=team, url=f"http://127.0.0.1:{port}/hook")
+    WebhookEndpoint.objects.filter(url__contains="9003").update(active=False)
+    assert event_emit(team_id=team.pk, event_type="tool.resumed", data={"tool": "x"}) == 2
+    messages = list(OutboxMessage.objects.all())
+    assert len({m.message_id for m in messages}) == 2
+    assert all(m.message_id.startswith("msg_") for m in messages)
+    assert len({m.body for m in messages}) == 1
+
+
+def test_the_message_rolls_back_with_the_transition(
+    team: Team, endpoint: WebhookEndpoint, no_prompt_delivery: list[int]
+) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        event_emit(team_id=team.pk, event_type="tool.resumed", data={"tool": "x"})
+        raise RuntimeError("the transition failed")
+    assert not OutboxMessage.objects.exists()
+    assert no_prompt_delivery == []
+
+
+def test_delivery_is_enqueued_once_the_transition_commits(
+    agent,
+    endpoint: WebhookEndpoint,
+    django_capture_on_commit_callbacks,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    sent: list[dict] = []
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", lambda **kwargs: sent.append(kwargs))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert agent.envelope(error_envelope()).status_code == 201
+    assert sent and sent[0] == {"retry": False}
+
+
+def test_a_broker_outage_never_breaks_ingest(
+    agent,
+    endpoint: WebhookEndpoint,
+    django_capture_on_commit_callbacks,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    def broker_down(**kwargs: object) -> None:
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = agent.envelope(error_envelope())
+    assert response.status_code == 201
+    assert OutboxMessage.objects.filter(status="pending").count() == 1  # the sweep sends it
+
+
+def test_enqueue_delivery_swallows_any_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def boom(**kwargs: object) -> None:
+        raise OSError("no route to broker")
+
+    warned: list[str] = []
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", boom)
+    monkeypatch.setattr("webhooks.outbox.logger.warning", lambda message, **kw: warned.append(message))
+    enqueue_delivery()
+    assert warned and "could not enqueue" in warned[0]

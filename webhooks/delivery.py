@@ -1,0 +1,310 @@
+"""Delivering the outbox: claim -> commit -> send -> record (contract §5).
+
+1. `messages_claim` locks a few due pending messages (SKIP LOCKED, so sweepers running side
+   by side never take the same one), counts the try and pushes `next_try_at` one lease ahead,
+   and commits. No transaction is open while sending.
+2. `message_send` re-checks the URL (DNS re-resolved, every address public), signs the body
+   with this try's timestamp and POSTs it to a vetted address, with a timeout and without
+   following redirects.
+3. `try_record` appends the DeliveryTry and moves the message: 2xx -> delivered; 410 ->
+   the endpoint is disabled and its pending messages are dead; anything else -> the next try
+   after the schedule's delay (with jitter, or later if Retry-After asks), or dead after the
+   last one.
+
+A worker that dies between 1 and 3 leaves the message pending with `next_try_at` at the
+lease's end: it is simply due again then (at least once, never lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+
+import httpx
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import ssrf
+from .models import DeliveryTry, OutboxMessage
+from .services import endpoint_disable
+from .signing import signed_headers
+
+logger = logging.getLogger(__name__)
+
+# Delays after each failed try: about 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h.
+RETRY_SCHEDULE = tuple(
+    timedelta(seconds=seconds) for seconds in (5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
+)
+MAX_TRIES = len(RETRY_SCHEDULE) + 1
+JITTER = 0.1  # each delay is stretched or shrunk by up to 10 %
+LEASE = timedelta(minutes=5)  # far above a batch's sends (CLAIM_BATCH x SEND_TIMEOUT)
+SEND_TIMEOUT = 10.0
+CLAIM_BATCH = 5
+SWEEP_BUDGET_SECONDS = 10.0
+MAX_ADDRESSES_TRIED = 3
+USER_AGENT = "Holdpoint-Webhooks/1"
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A message claimed for one try (plain values: nothing here touches the DB)."""
+
+    pk: int
+    message_id: str
+    body: str
+    url: str
+    secret: str
+    number: int  # this try's number
+
+
+@dataclass(frozen=True)
+class SendResult:
+    tried_at: datetime
+    status_code: int | None = None
+    latency_ms: int | None = None
+    error: str = ""
+    retry_after: float | None = None  # seconds the receiver asked us to wait
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+def retry_after_seconds(value: str | None, *, now: datetime) -> float | None:
+    """A Retry-After header, in seconds: delta-seconds or an HTTP date."""
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def retry_delay(tries: int, *, retry_after: float | None = None) -> timedelta | None:
+    """How long to wait after the `tries`-th try failed; None when it was the last.
+
+    Retry-After is honoured when it asks for longer than the schedule, up to the schedule's
+    longest delay (a receiver cannot park a message for a week)."""
+    if tries >= MAX_TRIES:
+        return None
+    base = RETRY_SCHEDULE[max(tries, 1) - 1].total_seconds()
+    seconds = base * random.uniform(1 - JITTER, 1 + JITTER)
+    if retry_after is not None and retry_after > seconds:
+        seconds = min(retry_after, RETRY_SCHEDULE[-1].total_seconds())
+    return timedelta(seconds=seconds)
+
+
+# --- 1. claim ----------------------------------------------------------------------------------
+
+
+def messages_claim(*, now: datetime | None = None, limit: int = CLAIM_BATCH) -> list[Claimed]:
+    """Lock up to `limit` due messages, lease them and commit. Messages of a disabled
+    endpoint are not sent: they become dead letters."""
+    now = now or timezone.now()
+    claimed: list[Claimed] = []
+    with transaction.atomic():
+        due = list(
+            OutboxMessage.objects.due(now)
+            .select_related("endpoint")
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("next_try_at", "id")[:limit]
+        )
+        for message in due:
+            if not message.endpoint.active:
+                message.status = OutboxMessage.Status.DEAD
+                message.dead_reason = OutboxMessage.DeadReason.ENDPOINT_DISABLED
+                message.save(update_fields=["status", "dead_reason"])
+                continue
+            message.tries += 1
+            message.next_try_at = now + LEASE
+            message.save(update_fields=["tries", "next_try_at"])
+            claimed.append(
+                Claimed(
+                    pk=message.pk,
+                    message_id=message.message_id,
+                    body=message.body,
+                    url=message.endpoint.url,
+                    secret=message.endpoint.secret,
+                    number=message.tries,
+                )
+            )
+    return claimed
+
+
+# --- 2. send -----------------------------------------------------------------------------------
+
+
+def _error_text(error: BaseException, claimed: Claimed) -> str:
+    """What went wrong, in words safe to show: never the URL (its path or query may be a
+    credential) nor the secret."""
+    if isinstance(error, httpx.TimeoutException):
+        text = f"timeout ({type(error).__name__})"
+    else:
+        text = f"{type(error).__name__}: {error}"
+    hidden = [claimed.url, claimed.secret]
+    with contextlib.suppress(httpx.InvalidURL):
+        hidden.append(httpx.URL(claimed.url).path)
+    for value in hidden:
+        if value and value != "/":
+            text = text.replace(value, "[hidden]")
+    return text[:300]
+
+
+def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT) -> SendResult:
+    """One try: re-check the target, sign, POST to a vetted address. Never raises for the
+    receiver's faults; they are the result."""
+    tried_at = timezone.now()
+    try:
+        target = ssrf.url_check(claimed.url)
+    except ssrf.UnsafeTarget as refusal:
+        return SendResult(tried_at=tried_at, error=f"refused: {refusal}"[:300])
+    body = claimed.body.encode("utf-8")
+    headers = {
+        **signed_headers(
+            secret=claimed.secret,
+            message_id=claimed.message_id,
+            timestamp=int(time.time()),
+            body=body,
+        ),
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Host": target.authority,
+    }
+    started = time.perf_counter()
+    last_error: BaseException | None = None
+    # trust_env=False: no proxy from the environment may route around the pinned address.
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        for address in target.addresses[:MAX_ADDRESSES_TRIED]:
+            request = client.build_request(
+                "POST",
+                target.pinned_url(address),
+                content=body,
+                headers=headers,
+                extensions=target.extensions,
+            )
+            try:
+                response = client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+                last_error = error  # never sent: the next address may answer
+                continue
+            except httpx.HTTPError as error:
+                last_error = error
+                break
+            # The receiver's body is never read: its status is the whole answer.
+            response.close()
+            error_text = ""
+            if response.is_redirect:
+                error_text = "redirect not followed"
+            return SendResult(
+                tried_at=tried_at,
+                status_code=response.status_code,
+                latency_ms=int((time.perf_counter() - started) * 1000),
+                error=error_text,
+                retry_after=retry_after_seconds(response.headers.get("Retry-After"), now=tried_at),
+            )
+    assert last_error is not None
+    return SendResult(
+        tried_at=tried_at,
+        latency_ms=int((time.perf_counter() - started) * 1000),
+        error=_error_text(last_error, claimed),
+    )
+
+
+# --- 3. record -------------------------------------------------------------------------------
+
+
+def try_record(claimed: Claimed, result: SendResult, *, now: datetime | None = None) -> str:
+    """Append the try and move the message; returns the message's status after it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        message = OutboxMessage.objects.select_related("endpoint").select_for_update(of=("self",)).get(pk=claimed.pk)
+        next_try_at = None
+        if message.status == OutboxMessage.Status.PENDING:
+            if result.delivered:
+                message.status = OutboxMessage.Status.DELIVERED
+                message.delivered_at = now
+            elif result.status_code == 410:
+                endpoint_disable(endpoint=message.endpoint, reason="410 Gone", now=now)
+                message.status = OutboxMessage.Status.DEAD
+                message.dead_reason = OutboxMessage.DeadReason.ENDPOINT_GONE
+            elif message.tries == claimed.number:
+                # Still this worker's try (nobody re-claimed it after the lease ran out).
+                delay = retry_delay(message.tries, retry_after=result.retry_after)
+                if delay is None:
+                    message.status = OutboxMessage.Status.DEAD
+                    message.dead_reason = OutboxMessage.DeadReason.TRIES_EXHAUSTED
+                else:
+                    next_try_at = now + delay
+                    message.next_try_at = next_try_at
+            message.save()
+        DeliveryTry.objects.create(
+            message=message,
+            number=claimed.number,
+            tried_at=result.tried_at,
+            status_code=result.status_code,
+            latency_ms=result.latency_ms,
+            error=result.error,
+            next_try_at=next_try_at,
+        )
+    if message.status == OutboxMessage.Status.DEAD:
+        logger.warning("webhook %s is a dead letter (%s)", message.message_id, message.dead_reason)
+    return message.status
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+def messages_release(claimed: list[Claimed], *, now: datetime | None = None) -> int:
+    """Hand back claims that were not tried: due again at once, the try not counted."""
+    now = now or timezone.now()
+    released = 0
+    for message in claimed:
+        released += OutboxMessage.objects.filter(
+            pk=message.pk, status=OutboxMessage.Status.PENDING, tries=message.number
+        ).update(tries=F("tries") - 1, next_try_at=now)
+    return released
+
+
+def deliver_due_messages(
+    *,
+    budget_seconds: float = SWEEP_BUDGET_SECONDS,
+    batch: int = CLAIM_BATCH,
+    timeout: float = SEND_TIMEOUT,
+) -> int:
+    """Send due messages, a batch at a time, until none is due or the time budget is spent;
+    returns how many tries were made. The budget is checked before each send (claims left
+    over are released for the next sweep), so a sweep holds its worker slot for at most the
+    budget plus one send, and the timer sweep sharing the worker is never starved."""
+    started = time.monotonic()
+    tries = 0
+    while time.monotonic() - started < budget_seconds:
+        claimed = messages_claim(limit=batch)
+        if not claimed:
+            break
+        for index, message in enumerate(claimed):
+            if time.monotonic() - started >= budget_seconds:
+                messages_release(claimed[index:])
+                return tries
+            try:
+                result = message_send(message, timeout=timeout)
+            except Exception as error:  # a bug must not strand the rest of the batch
+                logger.exception("webhook %s: the send failed", message.message_id)
+                result = SendResult(tried_at=timezone.now(), error=f"internal error ({type(error).__name__})")
+            try_record(message, result)
+            tries += 1
+    return tries
