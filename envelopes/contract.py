@@ -161,11 +161,11 @@ MCP_SCHEMA = _closed(
     **{"$schema": _SCHEMA_DIALECT, "title": "MCP CallToolResult carrying an envelope"},
 )
 # Validated here in two steps (the wrapper, then the envelope) so that errors name envelope fields.
-_MCP_WRAPPER_SCHEMA = _closed(
+MCP_WRAPPER_SCHEMA = _closed(
     {**_MCP_FIELDS, "structuredContent": {"type": "object"}}, ["content", "structuredContent"]
 )
 # When `ok` is missing or not a boolean, neither branch applies: report `ok` and the common shape.
-_UNDECIDED_SCHEMA = _closed(
+UNDECIDED_SCHEMA = _closed(
     {
         **_COMMON,
         **_ERROR_FIELDS,

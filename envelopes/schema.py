@@ -23,8 +23,6 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError
 from jsonschema.validators import extend
 
 from envelopes.contract import (
-    _MCP_WRAPPER_SCHEMA,
-    _UNDECIDED_SCHEMA,
     CATEGORIES,
     CODE_PATTERN,
     COMMIT_STATES,
@@ -38,12 +36,14 @@ from envelopes.contract import (
     MAX_INT,
     MAX_SAFE_DETAILS,
     MCP_SCHEMA,
+    MCP_WRAPPER_SCHEMA,
     NEXT_ACTIONS,
     PRINTABLE_PATTERN,
     RETRY_DIRECTIVES,
     SCOPES,
     SUCCESS_ENVELOPE_SCHEMA,
     TOOL_PATTERN,
+    UNDECIDED_SCHEMA,
 )
 from envelopes.redaction import looks_like_instruction, redact
 
@@ -122,9 +122,9 @@ def _parse_date_time(value: str) -> datetime | None:
 _Validator = extend(Draft202012Validator, {"pattern": _pattern_keyword})  # type: ignore[no-untyped-call]
 _ERROR_VALIDATOR = _Validator(ERROR_ENVELOPE_SCHEMA, format_checker=_FORMATS)
 _SUCCESS_VALIDATOR = _Validator(SUCCESS_ENVELOPE_SCHEMA, format_checker=_FORMATS)
-_UNDECIDED_VALIDATOR = _Validator(_UNDECIDED_SCHEMA, format_checker=_FORMATS)
+_UNDECIDED_VALIDATOR = _Validator(UNDECIDED_SCHEMA, format_checker=_FORMATS)
 _COMPACT_VALIDATOR = _Validator(COMPACT_SCHEMA, format_checker=_FORMATS)
-_MCP_VALIDATOR = _Validator(_MCP_WRAPPER_SCHEMA, format_checker=_FORMATS)
+_MCP_VALIDATOR = _Validator(MCP_WRAPPER_SCHEMA, format_checker=_FORMATS)
 
 
 @dataclass(frozen=True)
