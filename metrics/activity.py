@@ -16,9 +16,12 @@ and of the `attempt` its envelopes reported.)
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+from django.db.models import BigIntegerField, Expression, F, Func, Max, Q
 
 from envelopes.models import Attempt, AuditEvent, Envelope
 
@@ -26,8 +29,9 @@ if TYPE_CHECKING:
     from .aggregates import HourCounts
 
 HOUR = timedelta(hours=1)
+_BATCH = 2000
+DAY = timedelta(days=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_BATCH = 5000
 
 
 def floor_hour(moment: datetime) -> datetime:
@@ -39,14 +43,40 @@ def ceil_hour(moment: datetime) -> datetime:
     return floored if floored == moment else floored + HOUR
 
 
+def floor_day(moment: datetime) -> datetime:
+    return floor_hour(moment).replace(hour=0)
+
+
+def ceil_day(moment: datetime) -> datetime:
+    floored = floor_day(moment)
+    return floored if floored == moment else floored + DAY
+
+
 def micros(moment: datetime) -> int:
     """A time as whole microseconds since the epoch: an exact, comparable JSON key."""
     return (moment - EPOCH) // timedelta(microseconds=1)
 
 
-def _batches(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), _BATCH):
-        yield ids[start : start + _BATCH]
+class EpochMicros(Func):
+    """A timestamp as whole microseconds since the epoch, computed by PostgreSQL: an integer is
+    read far faster than a timestamp with a time zone, and these queries read thousands."""
+
+    output_field = BigIntegerField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+def _moment(field: str) -> Expression | F:
+    return EpochMicros(field) if connection.vendor == "postgresql" else F(field)
+
+
+def _micros(value: int | datetime) -> int:
+    return value if isinstance(value, int) else micros(value)
+
+
+HOUR_US = 3_600_000_000
 
 
 def count_active_steps(
@@ -54,11 +84,21 @@ def count_active_steps(
 ) -> None:
     """Add the units and retractions of the steps active in [start, end) to `counts(tool, hour)`.
 
-    Activity comes from the per-tool time indexes (envelopes; grants are audited as transitions
-    with reason attempt_granted); the history of just those steps from the per-step indexes.
+    The activity comes from the per-tool time indexes: envelopes, and grants (audited as
+    transitions with reason attempt_granted). A grant's number is the step's attempts so far
+    plus one, so replaying the activity from the step's state at `start` (its attempts and last
+    activity then: one aggregate row per step, on the per-step indexes) gives every unit.
+    Times are integers (µs since the epoch) throughout.
     """
-    active: dict[int, tuple[int, set[datetime]]] = {}
+    activity: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (µs, grant?, attempt)
+    tool_of: dict[int, int] = {}
     envelopes = Envelope.objects.filter(tool_id__in=tool_ids, received_at__gte=start, received_at__lt=end)
+    for tool_id, step_id, moment, attempt, closed in envelopes.values_list(
+        "tool_id", "step_id", _moment("received_at"), "attempt", "step_closed"
+    ):
+        tool_of[step_id] = tool_id
+        # An envelope for a closed step is activity, but changes nothing, its attempt included.
+        activity[step_id].append((_micros(moment), 0, 0 if closed else attempt or 0))
     grants = AuditEvent.objects.filter(
         tool_id__in=tool_ids,
         kind=AuditEvent.Kind.TRANSITION,
@@ -66,38 +106,53 @@ def count_active_steps(
         created_at__gte=start,
         created_at__lt=end,
     )
-    for rows in (
-        envelopes.values_list("tool_id", "step_id", "received_at"),
-        grants.values_list("tool_id", "step_id", "created_at"),
-    ):
-        for tool_id, step_id, moment in rows:
-            active.setdefault(step_id, (tool_id, set()))[1].add(floor_hour(moment))
-    if not active:
+    for tool_id, step_id, moment in grants.values_list("tool_id", "step_id", _moment("created_at")):
+        tool_of[step_id] = tool_id
+        activity[step_id].append((_micros(moment), 1, 0))
+    if not activity:
         return
-    history: dict[int, list[tuple[datetime, int]]] = defaultdict(list)
-    for batch in _batches(sorted(active)):
-        for step_id, moment, attempt in Envelope.objects.filter(step_id__in=batch, received_at__lt=end).values_list(
-            "step_id", "received_at", "attempt"
+    before: dict[int, tuple[int, int]] = {}  # step -> (last activity before start, attempts then)
+    ids = sorted(activity)
+    for first in range(0, len(ids), _BATCH):
+        batch = ids[first : first + _BATCH]
+        for rows in (
+            Envelope.objects.filter(step_id__in=batch, received_at__lt=start)
+            .values("step_id")
+            .annotate(last=Max(_moment("received_at")), top=Max("attempt", filter=Q(step_closed=False)))
+            .values_list("step_id", "last", "top"),
+            Attempt.objects.filter(step_id__in=batch, granted_at__lt=start)
+            .values("step_id")
+            .annotate(last=Max(_moment("granted_at")), top=Max("number"))
+            .values_list("step_id", "last", "top"),
         ):
-            history[step_id].append((moment, attempt or 0))
-        for step_id, moment, number in Attempt.objects.filter(step_id__in=batch, granted_at__lt=end).values_list(
-            "step_id", "granted_at", "number"
-        ):
-            history[step_id].append((moment, number))
-    for step_id, (tool_id, hours) in active.items():
-        events = sorted(history[step_id])
-        for hour in sorted(hours):
-            unit_start, unit_end = max(start, hour), min(end, hour + HOUR)
-            used = max((value for moment, value in events if moment < unit_end), default=0)
-            unit = counts(tool_id, hour)
-            unit.active_steps += 1
-            unit.active_step_attempts += used
-            earlier = [(moment, value) for moment, value in events if moment < unit_start]
-            if earlier:
-                previous = micros(earlier[-1][0])
-                entry = unit.step_retractions.setdefault(previous, [0, 0])
-                entry[0] += 1
-                entry[1] += max(value for _, value in earlier)
+            for step_id, last, top in rows:
+                known = before.get(step_id, (0, 0))
+                before[step_id] = (max(known[0], _micros(last)), max(known[1], top or 0))
+    hours: dict[int, datetime] = {}
+    for step_id, events in activity.items():
+        events.sort()
+        last, attempts = before.get(step_id, (0, 0))
+        hour = -1
+        previous: tuple[int, int] | None = None
+        for moment, is_grant, reported in events:
+            if moment - moment % HOUR_US != hour:
+                if hour >= 0:
+                    _unit(counts(tool_of[step_id], hours[hour]), attempts, previous)
+                hour = moment - moment % HOUR_US
+                hours.setdefault(hour, EPOCH + timedelta(microseconds=hour))
+                previous = (last, attempts) if last else None
+            attempts = attempts + 1 if is_grant else max(attempts, reported)
+            last = moment
+        _unit(counts(tool_of[step_id], hours[hour]), attempts, previous)
+
+
+def _unit(counts: HourCounts, attempts: int, previous: tuple[int, int] | None) -> None:
+    counts.active_steps += 1
+    counts.active_step_attempts += attempts
+    if previous is not None:
+        entry = counts.step_retractions.setdefault(str(previous[0]), [0, 0])
+        entry[0] += 1
+        entry[1] += previous[1]
 
 
 def attempts_per_step(counts: HourCounts, since: datetime) -> float | None:
@@ -105,7 +160,7 @@ def attempts_per_step(counts: HourCounts, since: datetime) -> float | None:
     steps, attempts = counts.active_steps, counts.active_step_attempts
     since_us = micros(since)
     for previous, (n, used) in counts.step_retractions.items():
-        if previous >= since_us:
+        if int(previous) >= since_us:
             steps -= n
             attempts -= used
     return None if steps <= 0 else attempts / steps

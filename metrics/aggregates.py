@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Count, Q
 from django.db.models.functions import TruncHour
@@ -35,7 +35,9 @@ from envelopes.models import AuditEvent, Envelope
 
 from . import histogram
 from .activity import count_active_steps
-from .models import COUNTERS, ToolHour
+from .models import COUNTERS, Rollup
+
+R = TypeVar("R", bound=Rollup)
 
 VERIFIED = frozenset({"verified_committed", "verified_not_found"})
 DECIDED = frozenset({"approved", "rejected"})
@@ -75,13 +77,14 @@ class HourCounts:
     by_code: Counter = field(default_factory=Counter)
     by_category: Counter = field(default_factory=Counter)
     undocumented: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Held-time histograms: str(bucket) -> samples, as stored (see metrics.histogram).
     recovery: Counter = field(default_factory=Counter)
     approval_latency: Counter = field(default_factory=Counter)
     # Steps active in the hour (see metrics.activity): units, and retractions by the time of
-    # the step's previous activity (µs since the epoch) -> [steps, attempts].
+    # the step's previous activity (str(µs since the epoch)) -> [steps, attempts].
     active_steps: int = 0
     active_step_attempts: int = 0
-    step_retractions: dict[int, list[int]] = field(default_factory=dict)
+    step_retractions: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, other: HourCounts) -> HourCounts:
         for name in COUNTERS:
@@ -114,11 +117,11 @@ class HourCounts:
 
     # --- the stored form --------------------------------------------------------------------
 
-    def to_row(self, *, team_id: int, tool_id: int, hour: datetime) -> ToolHour:
-        return ToolHour(
+    def to_row(self, model: type[R], *, team_id: int, tool_id: int, **period: datetime) -> R:
+        return model(
             team_id=team_id,
             tool_id=tool_id,
-            hour=hour,
+            **period,
             **{name: getattr(self, name) for name in COUNTERS},
             by_code=dict(self.by_code),
             by_category=dict(self.by_category),
@@ -126,24 +129,24 @@ class HourCounts:
                 code: {"n": seen["n"], "category": dict(seen["category"]), "next_action": dict(seen["next_action"])}
                 for code, seen in self.undocumented.items()
             },
-            recovery_histogram=histogram.to_json(self.recovery),
-            approval_latency_histogram=histogram.to_json(self.approval_latency),
+            recovery_histogram={bucket: n for bucket, n in self.recovery.items() if n},
+            approval_latency_histogram={bucket: n for bucket, n in self.approval_latency.items() if n},
             active_steps=self.active_steps,
             active_step_attempts=self.active_step_attempts,
-            step_retractions={str(previous): entry for previous, entry in self.step_retractions.items()},
+            step_retractions=self.step_retractions,
         )
 
     @classmethod
-    def from_row(cls, row: ToolHour) -> HourCounts:
+    def from_row(cls, row: Rollup) -> HourCounts:
         counts = cls(
             **{name: getattr(row, name) for name in COUNTERS},
             by_code=Counter(row.by_code),
             by_category=Counter(row.by_category),
-            recovery=histogram.from_json(row.recovery_histogram),
-            approval_latency=histogram.from_json(row.approval_latency_histogram),
+            recovery=Counter(row.recovery_histogram),
+            approval_latency=Counter(row.approval_latency_histogram),
             active_steps=row.active_steps,
             active_step_attempts=row.active_step_attempts,
-            step_retractions={int(previous): list(entry) for previous, entry in row.step_retractions.items()},
+            step_retractions=row.step_retractions,
         )
         for code, seen in row.undocumented.items():
             counts._add_undocumented(code, seen["n"], seen["category"], seen["next_action"])
@@ -229,8 +232,8 @@ def _count_audit(counts: HourCounts, group: dict[str, Any]) -> None:
         setattr(counts, name, getattr(counts, name) + n)
     if before == State.VERIFYING.value and reason in VERIFIED:
         counts.resolved_by_verification += n
-    bucket = group["bucket"]
-    if bucket is not None:
+    if group["bucket"] is not None:
+        bucket = str(group["bucket"])
         counts.recovery[bucket] += n
         if before == State.AWAITING_APPROVAL.value and reason in DECIDED:
             counts.approval_latency[bucket] += n

@@ -1,7 +1,7 @@
 """Server-rendered SVG charts, readable without hovering: every chart has axis values, a
 legend with the window's figure for each series, labelled values on the plot, and the same
-figures as a table. This module computes the geometry; templates/metrics/_chart.html draws
-it with presentation attributes only (the CSP allows no inline styles or scripts).
+figures as a table. This module computes the geometry and writes the SVG with presentation
+attributes only (the CSP allows no inline styles or scripts).
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 WIDTH, HEIGHT = 640, 230
 LEFT, RIGHT, TOP, BOTTOM = 60, 16, 18, 40
@@ -359,3 +362,96 @@ def _y_ticks(chart: Chart, top: float, step: float, formatter: Callable[[float],
     while value <= top + step / 1000:
         chart.y_ticks.append(Tick(round(_y(chart, value, top), 1), formatter(value)))
         value += step
+
+
+# --- SVG ---------------------------------------------------------------------------------------
+# Written here rather than in a template: a chart is hundreds of elements, and rendering them
+# with format_html is ten times faster than with template tags. Every value goes through
+# format_html, so labels (error codes come from agents) are escaped as autoescape would.
+
+
+def _join(parts: list[SafeString]) -> SafeString:
+    return SafeString("".join(parts))  # each part is already escaped by format_html
+
+
+def render_chart(chart: Chart) -> SafeString:
+    parts: list[SafeString] = []
+    for tick in chart.y_ticks:
+        parts.append(format_html(
+            '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#e2e2e2" stroke-width="1"/>'
+            '<text x="{}" y="{}" text-anchor="end" dominant-baseline="middle" fill="#444">{}</text>',
+            chart.left, chart.right, tick.position, tick.position, chart.label_x, tick.position, tick.label,
+        ))
+    parts.append(format_html(
+        '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888" stroke-width="1"/>'
+        '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888" stroke-width="1"/>',
+        chart.left, chart.right, chart.bottom, chart.bottom, chart.left, chart.left, chart.top, chart.bottom,
+    ))
+    for tick in chart.x_ticks:
+        parts.append(format_html(
+            '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888" stroke-width="1"/>'
+            '<text x="{}" y="{}" text-anchor="middle" fill="#444">{}</text>',
+            tick.position, tick.position, chart.bottom, chart.tick_end_y, tick.position, chart.axis_label_y, tick.label,
+        ))
+    for rect in chart.rects:
+        parts.append(format_html(
+            '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+            rect.x, rect.y, rect.width, rect.height, rect.fill, rect.title,
+        ))
+    if chart.reference is not None:
+        parts.append(format_html(
+            '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#D55E00" stroke-width="1.5" stroke-dasharray="6 4"/>'
+            '<text x="{}" y="{}" text-anchor="end" fill="#B34700" font-weight="bold">{}</text>',
+            chart.left, chart.right, chart.reference.position, chart.reference.position,
+            chart.right, chart.reference_label_y, chart.reference.label,
+        ))
+    for line in chart.polylines:
+        dash = format_html(' stroke-dasharray="{}"', "5 3") if line.dashed else ""
+        parts.append(format_html(
+            '<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{}/>', line.points, line.stroke, dash
+        ))
+    for dot in chart.dots:
+        parts.append(format_html(
+            '<circle cx="{}" cy="{}" r="3" fill="{}"><title>{}</title></circle>', dot.x, dot.y, dot.fill, dot.title
+        ))
+    for label in chart.value_labels:
+        parts.append(format_html(
+            '<text x="{}" y="{}" text-anchor="{}" fill="#222" font-size="9">{}</text>',
+            label.x, label.y, label.anchor, label.label,
+        ))
+    if chart.empty:
+        parts.append(format_html(
+            '<text x="{}" y="{}" text-anchor="middle" fill="#666" font-size="13">{}</text>',
+            chart.center_x, chart.center_y, "No data in this window",
+        ))
+    parts.append(format_html(
+        '<text x="{}" y="{}" text-anchor="end" fill="#666">{}</text>', chart.right, chart.caption_y, "time (UTC)"
+    ))
+    legend = _join([
+        format_html(
+            '<li><svg width="18" height="10" aria-hidden="true">{}</svg> {}: <strong>{}</strong></li>',
+            format_html(
+                '<line x1="0" x2="18" y1="5" y2="5" stroke="{}" stroke-width="2" stroke-dasharray="5 3"/>', item.color
+            ) if item.dashed else format_html('<rect width="18" height="10" fill="{}"/>', item.color),
+            item.label,
+            item.total,
+        )
+        for item in chart.legend
+    ])
+    head = _join([format_html('<th scope="col">{}</th>', cell) for cell in chart.table_head])
+    rows = _join([
+        format_html('<tr><th scope="row">{}</th>{}</tr>', first, _join([format_html("<td>{}</td>", c) for c in rest]))
+        for first, *rest in chart.table_rows
+    ])
+    return format_html(
+        '<figure class="chart" id="chart-{key}" aria-labelledby="chart-{key}-title">'
+        '<figcaption><strong id="chart-{key}-title">{title}</strong><br><small class="muted">{caption}</small>'
+        "</figcaption>"
+        '<svg viewBox="0 0 {width} {height}" width="100%" role="img" aria-labelledby="chart-{key}-title" '
+        'font-family="system-ui, -apple-system, sans-serif" font-size="11" class="chart-svg">{body}</svg>'
+        '<ul class="chart-legend">{legend}</ul>'
+        '<details class="chart-table"><summary>Figures as a table</summary><div class="overflow-auto"><table>'
+        "<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div></details></figure>",
+        key=chart.key, title=chart.title, caption=chart.caption, width=chart.width, height=chart.height,
+        body=_join(parts), legend=legend, head=head, rows=rows,
+    )

@@ -24,7 +24,7 @@ LINEAR_LIMIT = 600  # seconds with a whole-second bucket each
 RATIO = 1.01
 _LN_RATIO = math.log(RATIO)
 
-Histogram = Counter  # bucket -> samples
+Histogram = Counter  # str(bucket) -> samples, as stored in JSON
 
 
 def bucket_of(seconds: float) -> int:
@@ -60,31 +60,23 @@ def bucket_expression(field: str = "held_seconds") -> Case:
     )
 
 
-def percentile(histogram: Mapping[int, int], percent: int) -> float | None:
-    """Nearest-rank percentile (percent in 1..100); None without samples."""
+def percentile(histogram: Mapping[str, int] | Mapping[int, int], percent: int) -> float | None:
+    """Nearest-rank percentile (percent in 1..100) of {bucket: samples}; None without samples."""
     total = sum(histogram.values())
     if total <= 0:
         return None
     rank = max(1, -(-percent * total // 100))  # ceil(percent * total / 100)
     seen = 0
-    for bucket in sorted(histogram):
-        seen += histogram[bucket]
+    for bucket in sorted(histogram, key=int):
+        seen += histogram[bucket]  # type: ignore[index]
         if seen >= rank:
-            return bucket_value(bucket)
+            return bucket_value(int(bucket))
     raise AssertionError("unreachable: the rank is at most the total")
 
 
-def p50_p95(histogram: Mapping[int, int]) -> dict[str, float | None]:
+def p50_p95(histogram: Mapping[str, int] | Mapping[int, int]) -> dict[str, float | None]:
     return {"p50": percentile(histogram, 50), "p95": percentile(histogram, 95)}
 
 
 def from_samples(samples: Iterable[float]) -> Histogram:
-    return Counter(bucket_of(sample) for sample in samples)
-
-
-def to_json(histogram: Mapping[int, int]) -> dict[str, int]:
-    return {str(bucket): count for bucket, count in histogram.items() if count}
-
-
-def from_json(data: Mapping[str, int]) -> Histogram:
-    return Counter({int(bucket): count for bucket, count in data.items()})
+    return Counter(str(bucket_of(sample)) for sample in samples)

@@ -1,9 +1,10 @@
 """Hourly rollups of the metrics of contract §6, so that a window never scans every envelope.
 
 A `ToolHour` row holds everything one tool did in one closed hour: envelope counts by code,
-category and flag, the audit-log counters, and the held-time samples as sparse histograms.
-Rows are recomputed whole (never incremented), so rolling an hour twice changes nothing.
-`MetricsWatermark` says up to where hours are rolled; later rows are read live.
+category and flag, the audit-log counters, the held-time samples as sparse histograms, and the
+steps active in it. A `ToolDay` row is the sum of a day's hours. Rows are recomputed whole
+(never incremented), so rolling an hour twice changes nothing. `MetricsWatermark` says up to
+where hours are rolled; later rows are read live.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ def _counter() -> models.PositiveIntegerField:
     return models.PositiveIntegerField(default=0)
 
 
-class ToolHour(models.Model):
+class Rollup(models.Model):
+    """Everything one tool did in one period; periods add up by addition (see aggregates)."""
+
     team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
-    tool = models.ForeignKey("envelopes.Tool", on_delete=models.CASCADE, related_name="metric_hours")
-    hour = models.DateTimeField()  # the hour's start, UTC
+    tool = models.ForeignKey("envelopes.Tool", on_delete=models.CASCADE, related_name="+")
 
     envelopes = _counter()
     errors = _counter()
@@ -65,7 +67,7 @@ class ToolHour(models.Model):
     # Held-time histograms, {bucket: n} (see metrics.histogram for the buckets).
     recovery_histogram = models.JSONField(default=dict)
     approval_latency_histogram = models.JSONField(default=dict)
-    # Steps active in the hour, for attempts_per_step (see metrics.activity).
+    # Steps active in the period, for attempts_per_step (see metrics.activity).
     active_steps = models.PositiveIntegerField(default=0)
     active_step_attempts = models.PositiveBigIntegerField(default=0)
     step_retractions = models.JSONField(default=dict)  # {previous activity µs: [steps, attempts]}
@@ -73,9 +75,28 @@ class ToolHour(models.Model):
     computed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        abstract = True
+
+
+class ToolHour(Rollup):
+    hour = models.DateTimeField()  # the hour's start, UTC
+
+    class Meta:
         constraints = [
             # Also the index of every window read: one tool (or a few), a range of hours.
             models.UniqueConstraint(fields=["tool", "hour"], name="toolhour_unique_tool_hour"),
+        ]
+
+
+class ToolDay(Rollup):
+    """The sum of a tool's 24 ToolHour rows of one UTC day, written once the day is rolled, so
+    that a long window reads one row per day instead of 24."""
+
+    day = models.DateTimeField()  # the day's start, 00:00 UTC
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "day"], name="toolday_unique_tool_day"),
         ]
 
 

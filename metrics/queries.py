@@ -23,9 +23,9 @@ from envelopes.presenters import rfc3339
 
 from . import histogram
 from .activity import attempts_per_step as _attempts_per_step
-from .activity import ceil_hour, floor_hour
+from .activity import ceil_day, ceil_hour, floor_day, floor_hour
 from .aggregates import HourCounts, Key, aggregate_live
-from .models import ToolHour
+from .models import ToolDay, ToolHour
 from .services import rolled_through
 
 DEFAULT_WINDOW = timedelta(hours=24)
@@ -33,17 +33,27 @@ MAX_WINDOW = timedelta(days=90)
 DOCUMENTED_SHARE_TARGET = 0.90
 
 
-def window_hours(tool_ids: list[int], since: datetime, until: datetime) -> dict[Key, HourCounts]:
-    """The counts of each (tool, hour) of the window: rolled hours plus live edges."""
+def window_hours(
+    tool_ids: list[int], since: datetime, until: datetime, *, days: bool = True
+) -> dict[Key, HourCounts]:
+    """The counts of the window by (tool, period): whole rolled days (when `days`), whole
+    rolled hours, and the live edges (keyed by their hour)."""
     result: dict[Key, HourCounts] = {}
     through = rolled_through()
     first_full, last_full = ceil_hour(since), floor_hour(until)
     if through is not None:
         last_full = min(last_full, through)
     if through is not None and first_full < last_full:
-        rows = ToolHour.objects.filter(tool_id__in=tool_ids, hour__gte=first_full, hour__lt=last_full)
-        for row in rows:
-            result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
+        hours = [(first_full, last_full)]
+        first_day, last_day = ceil_day(first_full), floor_day(last_full)
+        if days and first_day < last_day:
+            for row in ToolDay.objects.filter(tool_id__in=tool_ids, day__gte=first_day, day__lt=last_day):
+                result[(row.tool_id, row.day)] = HourCounts.from_row(row)
+            hours = [(first_full, first_day), (last_day, last_full)]
+        for start, end in hours:
+            if start < end:
+                for row in ToolHour.objects.filter(tool_id__in=tool_ids, hour__gte=start, hour__lt=end):
+                    result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
         live = [(since, first_full), (last_full, until)]
     else:
         live = [(since, until)]
@@ -119,8 +129,10 @@ class Series:
 
 
 def tool_series(tool: Tool, since: datetime, until: datetime, bin_size: timedelta) -> Series:
-    """The window's counts per bin (bins start at `since`; bin_size a whole number of hours)."""
-    hours = window_hours([tool.pk], since, until)
+    """The window's counts per bin (bins start at `since`; bin_size a whole number of hours,
+    or of days with `since` at midnight)."""
+    whole_days = bin_size >= timedelta(days=1) and since == floor_day(since)
+    hours = window_hours([tool.pk], since, until, days=whole_days)
     starts = []
     moment = since
     while moment < until:

@@ -18,12 +18,11 @@ from django.utils import timezone
 
 from envelopes.models import AuditEvent, Envelope, Tool
 
-from .activity import HOUR, floor_hour
-from .aggregates import aggregate_live
-from .models import COUNTERS, MetricsWatermark, ToolHour, ToolTotal
+from .activity import DAY, HOUR, floor_day, floor_hour
+from .aggregates import HourCounts, aggregate_live
+from .models import COUNTERS, MetricsWatermark, ToolDay, ToolHour, ToolTotal
 
 SETTLE = timedelta(minutes=5)
-CHUNK = timedelta(days=1)  # hours rolled per transaction
 
 
 def rolled_through() -> datetime | None:
@@ -52,20 +51,35 @@ def _earliest_activity(tools: list[Tool]) -> datetime | None:
 
 
 def _roll_range(tools: list[Tool], start: datetime, end: datetime) -> set[int]:
-    """Recompute the hours [start, end) of every tool; returns the tools whose rows changed."""
+    """Recompute the hours [start, end) of every tool, and the days that ended in (start, end];
+    returns the tools whose rows changed."""
     touched: set[int] = set()
     for tool in tools:
         counts = aggregate_live([tool.pk], start, end)
         deleted, _ = ToolHour.objects.filter(tool=tool, hour__gte=start, hour__lt=end).delete()
         rows = [
-            hour_counts.to_row(team_id=tool.team_id, tool_id=tool.pk, hour=hour)
+            hour_counts.to_row(ToolHour, team_id=tool.team_id, tool_id=tool.pk, hour=hour)
             for (_, hour), hour_counts in sorted(counts.items())
             if not hour_counts.is_empty
         ]
         ToolHour.objects.bulk_create(rows, batch_size=500)
         if deleted or rows:
             touched.add(tool.pk)
+            _roll_days(tool, start, end)
     return touched
+
+
+def _roll_days(tool: Tool, start: datetime, end: datetime) -> None:
+    midnight = floor_day(start) + DAY
+    while midnight <= end:
+        day = midnight - DAY
+        total = HourCounts()
+        for row in ToolHour.objects.filter(tool=tool, hour__gte=day, hour__lt=midnight):
+            total.add(HourCounts.from_row(row))
+        ToolDay.objects.filter(tool=tool, day=day).delete()
+        if not total.is_empty:
+            total.to_row(ToolDay, team_id=tool.team_id, tool_id=tool.pk, day=day).save(force_insert=True)
+        midnight += DAY
 
 
 def _refresh_totals(tool_ids: set[int], now: datetime) -> None:
@@ -117,7 +131,7 @@ def metrics_rollup(*, now: datetime | None = None, rebuild_from: datetime | None
                     watermark.rolled_through, watermark.updated_at = target, now
                     watermark.save()
                 return rolled
-            end = min(start + CHUNK, target)
+            end = min(floor_day(start) + DAY, target)  # a day at most per transaction
             _refresh_totals(_roll_range(tools, start, end), now)
             watermark.rolled_through = max(watermark.rolled_through or end, end)
             watermark.updated_at = now

@@ -25,7 +25,7 @@ from approvals import queries as dashboard
 from approvals.models import Membership
 from approvals.views import HtmxHttpRequest, dashboard_login_required
 from envelopes.configuration import ConfigurationError, error_code_upsert
-from envelopes.models import TOOL_NAME_RE, Tool
+from envelopes.models import TOOL_NAME_RE, ErrorCode, Tool
 
 from . import prometheus
 from .activity import attempts_per_step
@@ -122,7 +122,7 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "halted": found.is_halted(now),
         "settings_rows": [(label, _setting(getattr(found, name))) for name, label in SETTINGS_SHOWN],
         "page_url": tool_page_url(found, window.key),
-        **_codes_context(found, series.total, membership.can_administer),
+        **_codes_context(found, series.total, membership.can_administer, request.GET.get("edit", "")),
     }
     partial = "metrics" if request.htmx and request.htmx.target == "tool-metrics" else None
     name = f"metrics/tool.html#{partial}" if partial else "metrics/tool.html"
@@ -131,7 +131,9 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     return response
 
 
-def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool) -> dict[str, Any]:
+def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool, editing: str) -> dict[str, Any]:
+    """The catalog panels; an admin gets a "Document it" form per undocumented code, and the
+    form of the one entry named by `?edit=<id>` (one form, not one per entry)."""
     undocumented = undocumented_codes(tool, counts)
     entries = catalog(tool)
     if not can_administer:
@@ -141,11 +143,13 @@ def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool) -> dict
             (seen, ErrorCodeForm(initial=initial_for_undocumented(seen), prefix=f"doc-{seen.code}"))
             for seen in undocumented
         ],
-        "catalog": [
-            (entry, ErrorCodeForm(initial=initial_for_entry(entry), prefix=f"edit-{entry.pk}")) for entry in entries
-        ],
+        "catalog": [(entry, _edit_form(entry) if str(entry.pk) == editing else None) for entry in entries],
         "new_code_form": ErrorCodeForm(prefix="new"),
     }
+
+
+def _edit_form(entry: ErrorCode) -> ErrorCodeForm:
+    return ErrorCodeForm(initial=initial_for_entry(entry), prefix=f"edit-{entry.pk}")
 
 
 @require_POST

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from django import template
+from django.utils.safestring import SafeString
 
-from metrics.charts import format_duration, format_share
+from metrics.charts import Chart, format_duration, format_share, render_chart
 
 register = template.Library()
 
@@ -18,3 +19,9 @@ def seconds(value: float | None) -> str:
 @register.filter
 def share(value: float | None) -> str:
     return format_share(value)
+
+
+@register.simple_tag
+def chart(value: Chart) -> SafeString:
+    """One chart: SVG with its legend and its figures as a table (metrics.charts)."""
+    return render_chart(value)

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import Sum
 
 from envelopes.models import Envelope, Tool
-from metrics.models import COUNTERS, ToolHour, ToolTotal
+from metrics.models import COUNTERS, ToolDay, ToolHour, ToolTotal
 from metrics.queries import tool_metrics
 from metrics.services import metrics_rollup, rolled_through
 from tests.metrics.conftest import TOOL, Agent, S, U, at
@@ -70,3 +70,17 @@ def test_a_row_stamped_into_a_rolled_hour_counts_once_that_hour_is_rolled_again(
     assert tool_metrics(tool, S, U)["envelopes"]["successes"] == 3
     metrics_rollup(now=U + timedelta(hours=2), rebuild_from=S)
     assert tool_metrics(tool, S, U)["envelopes"]["successes"] == 4
+
+
+def test_a_window_of_whole_days_reads_the_day_rows_and_agrees_with_the_live_answer(scenario) -> None:
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    since, until = S - timedelta(hours=22), S + timedelta(hours=14, minutes=30)  # 11-19 12:00 .. 11-21 00:30
+    live = tool_metrics(tool, since, until)
+    metrics_rollup(now=until + timedelta(hours=1))
+    day = ToolDay.objects.get(tool=tool)
+    assert day.day == S.replace(hour=0)
+    assert (day.envelopes, day.terminal_escalations) == (18, 4)
+    assert tool_metrics(tool, since, until) == live
+    assert live["envelopes"]["total"] == 18
+    # Q1 R1 N0 A1 B1 C2 D1 E2 F1 G1 H0 I0 J0 K0 L1 M0 P0: 17 steps, 12 attempts
+    assert live["attempts_per_step"] == pytest.approx(12 / 17)

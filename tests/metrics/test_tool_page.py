@@ -189,3 +189,14 @@ def test_htmx_polls_get_only_the_metrics_fragment(scenario) -> None:
     assert html.lstrip().startswith('<section id="tool-metrics"')
     assert "<html" not in html
     assert "HX-Request" in response["Vary"]
+
+
+def test_an_admin_edits_one_entry_at_a_time(scenario) -> None:
+    admin = browser("ada", "admin")
+    entry = ErrorCode.objects.get(code="MISSING_APPROVAL")
+    html = admin.get(PAGE).content.decode()
+    assert 'name="form_prefix" value="edit-' not in html
+    assert f'href="/tools/create_invoice/?team=acme&amp;edit={entry.pk}#entry-{entry.pk}">Edit</a>' in html
+    html = admin.get(PAGE, {"team": "acme", "edit": str(entry.pk)}).content.decode()
+    assert html.count('name="form_prefix" value="edit-') == 1
+    assert f'name="edit-{entry.pk}-code" value="MISSING_APPROVAL"' in html

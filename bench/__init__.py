@@ -1,0 +1,1 @@
+"""The benchmark (bench/run): the real ingest endpoint against a bare Django floor."""
