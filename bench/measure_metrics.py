@@ -4,7 +4,10 @@
         .venv/bin/python bench/measure_metrics.py [--runs 15] [--cold-runs 3]
 
 Run bench/build_metrics_data.py first. Requests go through Django's test client in this
-process (middleware, API-key auth, the view, the template: everything but the socket).
+process (middleware, API-key or session auth, the view, the template: everything but the
+socket), as of one minute before the last whole hour of the data: the clock is set there
+(time-machine) and the rollup watermark to where beat would have it, so the live tail holds
+59 minutes of rows, close to the most it ever holds (65).
 
 - warm: the median (and the slowest) of `--runs` requests in one process, after one request
   that is not counted;
@@ -26,7 +29,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,13 +42,11 @@ os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/7")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 HOT = "create_invoice"
+warnings.filterwarnings("ignore", message="No directory at")  # whitenoise, without collectstatic
 
 
-def _targets() -> dict[str, tuple[str, str]]:
+def _targets(now: datetime) -> dict[str, tuple[str, str]]:
     """name -> (who, path): `api` requests carry the API key, `page` ones a staff session."""
-    from datetime import UTC, datetime, timedelta
-
-    now = datetime.now(UTC).replace(microsecond=0)
 
     def window(days: int) -> str:
         since = (now - timedelta(days=days)).isoformat().replace("+00:00", "Z")
@@ -60,6 +64,30 @@ def _targets() -> dict[str, tuple[str, str]]:
         "overview": ("page", "/overview/"),
         "prometheus /metrics": ("page", "/metrics"),
     }
+
+
+def _as_of() -> datetime:
+    """One minute before the last whole hour of the data; the watermark where beat keeps it."""
+    from envelopes.models import Envelope, Tool
+    from metrics.models import MetricsWatermark
+    from metrics.services import SETTLE, floor_hour
+
+    hot = Tool.objects.get(team__slug="bench", name=HOT)
+    last = Envelope.objects.filter(tool=hot).order_by("-received_at").values_list("received_at", flat=True).first()
+    assert last is not None, "no data: run bench/build_metrics_data.py"
+    now = floor_hour(last) - timedelta(minutes=1)
+    MetricsWatermark.objects.update_or_create(
+        pk=MetricsWatermark.SINGLETON, defaults={"rolled_through": floor_hour(now - SETTLE)}
+    )
+    return now
+
+
+@contextmanager
+def _clock(now: datetime) -> Iterator[None]:
+    import time_machine
+
+    with time_machine.travel(now, tick=True):
+        yield
 
 
 def _client(who: str):  # type: ignore[no-untyped-def]
@@ -93,73 +121,76 @@ def _timed(request: Callable[[], object]) -> tuple[float, int]:
     return elapsed, len(queries)
 
 
-def _live_only() -> object:
-    """A transaction in which the watermark is unset, so every window is read live."""
+@contextmanager
+def _live_only() -> Iterator[None]:
+    """A transaction, rolled back, in which the watermark is unset: every hour is read live."""
     from django.db import transaction
 
     from metrics.models import MetricsWatermark
 
-    atomic = transaction.atomic()
-    atomic.__enter__()
-    MetricsWatermark.objects.update(rolled_through=None)
-    return atomic
+    with transaction.atomic():
+        MetricsWatermark.objects.update(rolled_through=None)
+        yield
+        transaction.set_rollback(True)
 
 
-def measure_cold(name: str) -> None:
+def measure_cold(name: str, now: datetime) -> None:
     import django
 
     django.setup()
-    who, path = _targets()[name]
-    client = _client(who)  # logging in is not part of the request
     from django.db import connection
 
-    client.get("/healthz", secure=True)  # Django's own first-request setup is not ours to count
-    connection.close()  # the request opens a fresh connection
-    elapsed, queries = _timed(lambda: client.get(path, secure=True))
+    with _clock(now):
+        who, path = _targets(now)[name]
+        client = _client(who)  # logging in is not part of the request
+        client.get("/healthz", secure=True)  # Django's own first-request setup is not ours to count
+        connection.close()  # the request opens a fresh connection
+        elapsed, queries = _timed(lambda: client.get(path, secure=True))
     print(json.dumps({"ms": elapsed, "queries": queries}))
 
 
-def measure_warm(runs: int, cold_runs: int) -> None:
+def measure(runs: int, cold_runs: int) -> None:
     import django
 
     django.setup()
-    from django.db import connection, transaction
+    from django.db import connection
 
     from envelopes.models import Envelope, Tool
 
+    now = _as_of()
     hot = Tool.objects.get(team__slug="bench", name=HOT)
     print(f"database: {connection.settings_dict['NAME']}  envelopes: {Envelope.objects.count():,}  "
-          f"hot tool {HOT}: {Envelope.objects.filter(tool=hot).count():,}  load: {os.getloadavg()[0]:.1f}")
-    print(f"{'request':<30}{'warm median':>12}{'warm max':>10}{'cold median':>13}{'queries':>9}")
-    results = {}
-    for name, (who, path) in _targets().items():
-        client = _client(who)
-        client.get(path, secure=True)
-        timings = [_timed(lambda client=client, path=path: client.get(path, secure=True)) for _ in range(runs)]
-        colds = []
-        for _ in range(cold_runs):
-            out = subprocess.run(
-                [sys.executable, __file__, "--cold", name], capture_output=True, text=True, check=True, env=os.environ
-            )
-            colds.append(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
-        warm = [ms for ms, _ in timings]
-        results[name] = (statistics.median(warm), max(warm), statistics.median(colds), timings[0][1])
-        print(f"{name:<30}{results[name][0]:>10.1f}ms{results[name][1]:>8.1f}ms{results[name][2]:>11.1f}ms"
-              f"{results[name][3]:>9}")
-
-    print("\nwithout the rollups (every hour read live from the indexes):")
-    for name in ("api 24h (default)", "api 7d", "api 30d", "tool page 24h", "tool page 30d"):
-        who, path = _targets()[name]
-        client = _client(who)
-        atomic = _live_only()
-        try:
+          f"hot tool {HOT}: {Envelope.objects.filter(tool=hot).count():,}  as of {now:%Y-%m-%d %H:%M} UTC  "
+          f"load average: {os.getloadavg()[0]:.1f}")
+    print(f"{'request':<24}{'warm median':>12}{'warm max':>10}{'cold median':>13}{'queries':>9}")
+    with _clock(now):
+        targets = _targets(now)
+        for name, (who, path) in targets.items():
+            client = _client(who)
             client.get(path, secure=True)
-            repeat = max(3, runs // 3)
-            warm = [_timed(lambda client=client, path=path: client.get(path, secure=True))[0] for _ in range(repeat)]
-        finally:
-            transaction.set_rollback(True)
-            atomic.__exit__(None, None, None)  # type: ignore[attr-defined]
-        print(f"{name:<30}{statistics.median(warm):>10.1f}ms{max(warm):>8.1f}ms")
+            request = lambda client=client, path=path: client.get(path, secure=True)  # noqa: E731
+            timings = [_timed(request) for _ in range(runs)]
+            colds = []
+            for _ in range(cold_runs):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--cold", name, "--as-of", now.isoformat()],
+                    capture_output=True, text=True, check=True, env=os.environ,
+                )
+                colds.append(json.loads(out.stdout.strip().splitlines()[-1])["ms"])
+            warm = [ms for ms, _ in timings]
+            print(f"{name:<24}{statistics.median(warm):>10.1f}ms{max(warm):>8.1f}ms"
+                  f"{statistics.median(colds):>11.1f}ms{timings[0][1]:>9}", flush=True)
+
+        print("\nwithout the rollups (every hour read live from the indexes):")
+        for name in ("api 24h (default)", "api 7d", "api 30d", "tool page 24h", "tool page 30d"):
+            who, path = targets[name]
+            client = _client(who)
+            with _live_only():
+                client.get(path, secure=True)
+                repeat = max(3, runs // 3)
+                request = lambda client=client, path=path: client.get(path, secure=True)  # noqa: E731
+                warm = [_timed(request)[0] for _ in range(repeat)]
+            print(f"{name:<24}{statistics.median(warm):>10.1f}ms{max(warm):>8.1f}ms", flush=True)
 
 
 def main() -> None:
@@ -167,11 +198,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--cold-runs", type=int, default=3)
     parser.add_argument("--cold", help=argparse.SUPPRESS)
+    parser.add_argument("--as-of", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cold:
-        measure_cold(args.cold)
+        measure_cold(args.cold, datetime.fromisoformat(args.as_of).astimezone(UTC))
     else:
-        measure_warm(args.runs, args.cold_runs)
+        measure(args.runs, args.cold_runs)
 
 
 if __name__ == "__main__":

@@ -99,20 +99,28 @@ def count_active_steps(
         tool_of[step_id] = tool_id
         # An envelope for a closed step is activity, but changes nothing, its attempt included.
         activity[step_id].append((_micros(moment), 0, 0 if closed else attempt or 0))
-    grants = AuditEvent.objects.filter(
+    # Grants, and the transitions that created steps: a step created in the range had nothing
+    # before it, so only the others need their state at `start` looked up.
+    transitions = AuditEvent.objects.filter(
+        Q(reason="attempt_granted") | Q(before=""),
         tool_id__in=tool_ids,
         kind=AuditEvent.Kind.TRANSITION,
-        reason="attempt_granted",
         created_at__gte=start,
         created_at__lt=end,
     )
-    for tool_id, step_id, moment in grants.values_list("tool_id", "step_id", _moment("created_at")):
-        tool_of[step_id] = tool_id
-        activity[step_id].append((_micros(moment), 1, 0))
+    created = set()
+    for tool_id, step_id, moment, reason, before_state in transitions.values_list(
+        "tool_id", "step_id", _moment("created_at"), "reason", "before"
+    ):
+        if not before_state:
+            created.add(step_id)
+        if reason == "attempt_granted":
+            tool_of[step_id] = tool_id
+            activity[step_id].append((_micros(moment), 1, 0))
     if not activity:
         return
     before: dict[int, tuple[int, int]] = {}  # step -> (last activity before start, attempts then)
-    ids = sorted(activity)
+    ids = sorted(set(activity) - created)
     for first in range(0, len(ids), _BATCH):
         batch = ids[first : first + _BATCH]
         for rows in (

@@ -168,7 +168,10 @@ def aggregate_live(tool_ids: list[int], start: datetime, end: datetime) -> dict[
         return result
 
     def counts(tool_id: int, hour: datetime) -> HourCounts:
-        return result.setdefault((tool_id, hour), HourCounts())
+        found = result.get((tool_id, hour))
+        if found is None:
+            found = result[(tool_id, hour)] = HourCounts()
+        return found
 
     envelope_groups = (
         Envelope.objects.filter(tool_id__in=tool_ids, received_at__gte=start, received_at__lt=end)

@@ -60,22 +60,31 @@ def bucket_expression(field: str = "held_seconds") -> Case:
     )
 
 
-def percentile(histogram: Mapping[str, int] | Mapping[int, int], percent: int) -> float | None:
-    """Nearest-rank percentile (percent in 1..100) of {bucket: samples}; None without samples."""
-    total = sum(histogram.values())
+def percentiles(histogram: Mapping[str, int] | Mapping[int, int], *percents: int) -> list[float | None]:
+    """Nearest-rank percentiles (each in 1..100) of {bucket: samples}; None without samples."""
+    counts = sorted((int(bucket), n) for bucket, n in histogram.items() if n)
+    total = sum(n for _, n in counts)
     if total <= 0:
-        return None
-    rank = max(1, -(-percent * total // 100))  # ceil(percent * total / 100)
-    seen = 0
-    for bucket in sorted(histogram, key=int):
-        seen += histogram[bucket]  # type: ignore[index]
-        if seen >= rank:
-            return bucket_value(int(bucket))
-    raise AssertionError("unreachable: the rank is at most the total")
+        return [None for _ in percents]
+    answers: list[float | None] = []
+    for percent in percents:
+        rank = max(1, -(-percent * total // 100))  # ceil(percent * total / 100)
+        seen = 0
+        for bucket, n in counts:
+            seen += n
+            if seen >= rank:
+                answers.append(bucket_value(bucket))
+                break
+    return answers
+
+
+def percentile(histogram: Mapping[str, int] | Mapping[int, int], percent: int) -> float | None:
+    return percentiles(histogram, percent)[0]
 
 
 def p50_p95(histogram: Mapping[str, int] | Mapping[int, int]) -> dict[str, float | None]:
-    return {"p50": percentile(histogram, 50), "p95": percentile(histogram, 95)}
+    p50, p95 = percentiles(histogram, 50, 95)
+    return {"p50": p50, "p95": p95}
 
 
 def from_samples(samples: Iterable[float]) -> Histogram:

@@ -140,6 +140,8 @@ def _envelopes_by_code(
 def _percentile_chart(
     key: str, title: str, caption: str, starts: list[datetime], size: timedelta, bins: list, total: Counter
 ) -> Chart:
+    per_bin = [histogram.percentiles(h, 50, 95) for h in bins]
+    p50, p95 = histogram.percentiles(total, 50, 95)
     return line_chart(
         key=key,
         title=title,
@@ -147,10 +149,8 @@ def _percentile_chart(
         starts=starts,
         bin_size=size,
         series=[
-            LineSeries("p50", [histogram.percentile(h, 50) for h in bins], PALETTE[0],
-                       total=format_duration(histogram.percentile(total, 50))),
-            LineSeries("p95", [histogram.percentile(h, 95) for h in bins], PALETTE[3], dashed=True,
-                       total=format_duration(histogram.percentile(total, 95))),
+            LineSeries("p50", [p[0] for p in per_bin], PALETTE[0], total=format_duration(p50)),
+            LineSeries("p95", [p[1] for p in per_bin], PALETTE[3], dashed=True, total=format_duration(p95)),
         ],
         kind="duration",
     )

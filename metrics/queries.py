@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Min, Q
-from django.utils import timezone
 
 from envelopes.lifecycle import HELD
 from envelopes.models import ErrorCode, Step, Tool
@@ -244,8 +243,3 @@ def overview(tools: list[Tool], since: datetime, until: datetime) -> list[ToolHe
         per_tool[tool_id].add(counts)
     held = held_now(tools)
     return [ToolHeadline(tool, per_tool[tool.pk], held.get(tool.pk, HeldNow(0, None)), since) for tool in tools]
-
-
-def default_window(now: datetime | None = None) -> tuple[datetime, datetime]:
-    until = now or timezone.now()
-    return until - DEFAULT_WINDOW, until

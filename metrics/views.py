@@ -34,8 +34,8 @@ from .forms import ErrorCodeForm, initial_for_entry, initial_for_undocumented
 from .panels import DEFAULT_WINDOW_KEY, WINDOWS, tool_charts
 from .queries import (
     DOCUMENTED_SHARE_TARGET,
+    UndocumentedCode,
     catalog,
-    default_window,
     held_now,
     metrics_representation,
     overview,
@@ -122,7 +122,9 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "halted": found.is_halted(now),
         "settings_rows": [(label, _setting(getattr(found, name))) for name, label in SETTINGS_SHOWN],
         "page_url": tool_page_url(found, window.key),
-        **_codes_context(found, series.total, membership.can_administer, request.GET.get("edit", "")),
+        **_codes_context(
+            found, series.total, membership.can_administer, request.GET.get("edit", ""), "add" in request.GET
+        ),
     }
     partial = "metrics" if request.htmx and request.htmx.target == "tool-metrics" else None
     name = f"metrics/tool.html#{partial}" if partial else "metrics/tool.html"
@@ -131,21 +133,28 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     return response
 
 
-def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool, editing: str) -> dict[str, Any]:
-    """The catalog panels; an admin gets a "Document it" form per undocumented code, and the
-    form of the one entry named by `?edit=<id>` (one form, not one per entry)."""
+def _codes_context(
+    tool: Tool, counts: HourCounts, can_administer: bool, editing: str, adding: bool
+) -> dict[str, Any]:
+    """The catalog panels; an admin gets a "Document it" button per undocumented code, the form
+    of the one entry named by `?edit=<id>`, and the new-entry form with `?add=1` (a form with
+    its select widgets costs more to render than the rest of the page)."""
     undocumented = undocumented_codes(tool, counts)
     entries = catalog(tool)
     if not can_administer:
         return {"undocumented": [(code, None) for code in undocumented], "catalog": [(e, None) for e in entries]}
     return {
-        "undocumented": [
-            (seen, ErrorCodeForm(initial=initial_for_undocumented(seen), prefix=f"doc-{seen.code}"))
-            for seen in undocumented
-        ],
+        # One click documents a code with what agents sent along with it; the entry can then be
+        # edited in the catalog. The values are posted as plain hidden fields (no form widgets).
+        "undocumented": [(seen, _document_it(seen)) for seen in undocumented],
         "catalog": [(entry, _edit_form(entry) if str(entry.pk) == editing else None) for entry in entries],
-        "new_code_form": ErrorCodeForm(prefix="new"),
+        "new_code_form": ErrorCodeForm(prefix="new") if adding else None,
     }
+
+
+def _document_it(seen: UndocumentedCode) -> dict[str, Any]:
+    initial = initial_for_undocumented(seen)
+    return {"prefix": f"doc-{seen.code}", "fields": [(name, str(value)) for name, value in initial.items()], **initial}
 
 
 def _edit_form(entry: ErrorCode) -> ErrorCodeForm:
@@ -193,7 +202,9 @@ def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
 def overview_page(request: HtmxHttpRequest) -> HttpResponse:
     teams = dashboard.teams_of(request.user)
     tools = list(Tool.objects.filter(team__in=teams).select_related("team").order_by("team__slug", "name"))
-    since, until = default_window()
+    # The page's 24-hour window, in whole hours plus the current one (no ragged first hour to
+    # read live), like the tool page's.
+    since, until = WINDOWS[DEFAULT_WINDOW_KEY].bounds(timezone.now())
     rows = overview(tools, since, until)
     context = {
         "rows": [(row, tool_page_url(row.tool)) for row in rows],

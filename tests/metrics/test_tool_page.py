@@ -83,6 +83,7 @@ def test_a_reviewer_sees_no_catalog_forms_either(scenario) -> None:
     html = browser("rex", "reviewer").get(PAGE).content.decode()
     assert "Document it" not in html
     assert "Add a code" not in html
+    assert "add=1" not in browser("rex2", "reviewer").get(PAGE, {"add": "1"}).content.decode()
 
 
 def test_an_admin_documents_a_code_in_one_step_with_what_agents_sent(scenario) -> None:
@@ -91,22 +92,15 @@ def test_an_admin_documents_a_code_in_one_step_with_what_agents_sent(scenario) -
     form = undocumented_section(html)
     form = form[form.index("<code>RATE_LIMITED</code>") :]
     form = form[: form.index("</form>")]
-    assert '<option value="rate_limit" selected>' in form
-    assert '<option value="wait_and_retry" selected>' in form
-    assert '<option value="transient" selected>' in form
-    fields = dict(re.findall(r'name="(doc-RATE_LIMITED-[a-z_]+|team|window|form_prefix)" value="([^"]*)"', form))
+    assert "as rate_limit, transient, wait_and_retry" in form
+    fields = dict(re.findall(r'<input type="hidden" name="([a-zA-Z_-]+)" value="([^"]*)"', form))
     assert fields["doc-RATE_LIMITED-code"] == "RATE_LIMITED"
-    response = admin.post(SAVE, {
-        **fields, "doc-RATE_LIMITED-scope": "tool", "doc-RATE_LIMITED-category": "rate_limit",
-        "doc-RATE_LIMITED-retry_class": "transient", "doc-RATE_LIMITED-next_action": "wait_and_retry",
-        "doc-RATE_LIMITED-side_effect": "none", "doc-RATE_LIMITED-description": "Too many calls.",
-        "doc-RATE_LIMITED-hint": "",
-    })
+    response = admin.post(SAVE, fields)  # the one click: exactly what the page holds
     assert response.status_code == 303
     assert response["Location"] == "/tools/create_invoice/?team=acme#catalog"
     entry = ErrorCode.objects.get(code="RATE_LIMITED")
-    assert (entry.tool.name, entry.category, entry.retry_class, entry.next_action, entry.description) == (
-        TOOL, "rate_limit", "transient", "wait_and_retry", "Too many calls."
+    assert (entry.tool.name, entry.category, entry.retry_class, entry.next_action, entry.side_effect) == (
+        TOOL, "rate_limit", "transient", "wait_and_retry", "unknown"
     )
     page = admin.get(response["Location"]).content.decode()
     assert "RATE_LIMITED is documented for this tool." in page
@@ -200,3 +194,11 @@ def test_an_admin_edits_one_entry_at_a_time(scenario) -> None:
     html = admin.get(PAGE, {"team": "acme", "edit": str(entry.pk)}).content.decode()
     assert html.count('name="form_prefix" value="edit-') == 1
     assert f'name="edit-{entry.pk}-code" value="MISSING_APPROVAL"' in html
+
+
+def test_an_admin_opens_the_new_entry_form_on_request(scenario) -> None:
+    admin = browser("ada", "admin")
+    assert 'name="new-code"' not in admin.get(PAGE).content.decode()
+    html = admin.get(PAGE, {"team": "acme", "add": "1"}).content.decode()
+    assert 'name="new-code"' in html
+    assert 'name="form_prefix" value="new"' in html
