@@ -73,7 +73,6 @@ def test_a_real_worker_fires_each_kind_of_timer(team) -> None:
 
 
 def test_a_worker_killed_mid_sweep_loses_and_repeats_nothing_after_a_restart(team) -> None:
-    past = timezone.now() - timedelta(seconds=1)
     refs = [f"due_{n}" for n in range(400)]
     for ref in refs:
         ingest(team, rate_limited(ref, timezone.now() + timedelta(milliseconds=50)))
@@ -91,7 +90,6 @@ def test_a_worker_killed_mid_sweep_loses_and_repeats_nothing_after_a_restart(tea
     assert Step.objects.filter(state="retry_ready").count() == len(refs)
     for step in Step.objects.filter(operation_ref__in=refs):
         assert AuditEvent.objects.filter(step=step, reason="retry_window_open").count() == 1
-    assert past < timezone.now()
     assert audit_verify() == []
 
 
