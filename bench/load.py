@@ -39,11 +39,11 @@ from urllib.parse import urlsplit
 MAX_CONNECTIONS = 64
 MAX_DURATION_S = 3600.0
 MAX_REQUESTS = 5_000_000
+REQUEST_TIMEOUT_S = 30.0  # an answer slower than this is an error (status 0), not a hang
 SAMPLE_EVERY_S = 0.5
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 REF_MARK = b"@@OPERATION_REF@@"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 # Seed 000's invalid recipient address (tests/conftest.py `error_envelope`): a valid canonical
 # error envelope that moves a new step to needs_input.
@@ -192,8 +192,8 @@ async def raw_connection(round_: Round, bodies: Bodies) -> None:
             start = time.perf_counter()
             try:
                 writer.write(request)
-                status, body, closes = await read_response(reader)
-            except (OSError, ConnectionClosedError, asyncio.IncompleteReadError, ValueError):
+                status, body, closes = await asyncio.wait_for(read_response(reader), REQUEST_TIMEOUT_S)
+            except (OSError, ConnectionClosedError, asyncio.IncompleteReadError, ValueError, TimeoutError):
                 round_.record(start, time.perf_counter(), 0)
                 writer.close()
                 reader = writer = None
@@ -256,8 +256,11 @@ def process_tree(root: int) -> list[int]:
 
 
 def rss_kb(pid: int) -> int | None:
-    text = _read(f"/proc/{pid}/statm")
-    return int(text.split()[1]) * PAGE_KB if text else None
+    """VmRSS of /proc/<pid>/status, in kB."""
+    for line in (_read(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return None
 
 
 def cpu_by_pid(pids: list[int]) -> dict[int, float]:
@@ -442,7 +445,7 @@ async def run_round(round_: Round, bodies: Bodies, args: argparse.Namespace, sam
         import httpx
 
         limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
-        client = httpx.AsyncClient(limits=limits, timeout=30.0)
+        client = httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S)
         tasks = [asyncio.create_task(httpx_connection(round_, bodies, client)) for _ in range(args.connections)]
     else:
         tasks = [asyncio.create_task(raw_connection(round_, bodies)) for _ in range(args.connections)]
@@ -452,7 +455,10 @@ async def run_round(round_: Round, bodies: Bodies, args: argparse.Namespace, sam
     before = cpu_snapshot(round_.target, args.database)
     sampler.measure(round_.target)
     if args.requests:
-        await round_.done.wait()
+        try:
+            await asyncio.wait_for(round_.done.wait(), MAX_DURATION_S)
+        except TimeoutError:
+            print(f"load.py: {round_.target.name}: {args.requests} requests took over {MAX_DURATION_S:g} s")
         round_.stop_at = time.perf_counter()
     else:
         await asyncio.sleep(max(0.0, round_.stop_at - time.perf_counter()))
