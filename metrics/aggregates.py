@@ -85,8 +85,13 @@ class HourCounts:
     active_steps: int = 0
     active_step_attempts: int = 0
     step_retractions: dict[str, list[int]] = field(default_factory=dict)
+    # How many periods were added up here; with exactly one stored row, its stored percentiles.
+    parts: int = field(default=0, compare=False)
+    stored_percentiles: dict[str, list[float | None]] | None = field(default=None, compare=False)
 
     def add(self, other: HourCounts) -> HourCounts:
+        self.stored_percentiles = other.stored_percentiles if self.parts == 0 else None
+        self.parts += other.parts or 1
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.by_code.update(other.by_code)
@@ -111,6 +116,17 @@ class HourCounts:
         entry["category"].update(categories)
         entry["next_action"].update(next_actions)
 
+    def recovery_percentiles(self) -> list[float | None]:
+        """[p50, p95] of the time held (metrics.histogram)."""
+        if self.stored_percentiles is not None:
+            return self.stored_percentiles["recovery"]
+        return histogram.percentiles(self.recovery, 50, 95)
+
+    def approval_latency_percentiles(self) -> list[float | None]:
+        if self.stored_percentiles is not None:
+            return self.stored_percentiles["approval_latency"]
+        return histogram.percentiles(self.approval_latency, 50, 95)
+
     @property
     def is_empty(self) -> bool:
         return not any(getattr(self, name) for name in COUNTERS) and not self.recovery and not self.active_steps
@@ -118,7 +134,13 @@ class HourCounts:
     # --- the stored form --------------------------------------------------------------------
 
     def to_row(self, model: type[R], *, team_id: int, tool_id: int, **period: datetime) -> R:
+        recovery = histogram.percentiles(self.recovery, 50, 95)
+        latency = histogram.percentiles(self.approval_latency, 50, 95)
         return model(
+            recovery_p50=recovery[0],
+            recovery_p95=recovery[1],
+            approval_latency_p50=latency[0],
+            approval_latency_p95=latency[1],
             team_id=team_id,
             tool_id=tool_id,
             **period,
@@ -138,7 +160,18 @@ class HourCounts:
 
     @classmethod
     def from_row(cls, row: Rollup) -> HourCounts:
+        stored = {
+            "recovery": [row.recovery_p50, row.recovery_p95],
+            "approval_latency": [row.approval_latency_p50, row.approval_latency_p95],
+        }
+        # A row with samples but no stored percentiles predates them: compute instead.
+        if (row.recovery_p50 is None) != (not row.recovery_histogram) or (row.approval_latency_p50 is None) != (
+            not row.approval_latency_histogram
+        ):
+            stored = None
         counts = cls(
+            parts=1,
+            stored_percentiles=stored,
             **{name: getattr(row, name) for name in COUNTERS},
             by_code=Counter(row.by_code),
             by_category=Counter(row.by_category),

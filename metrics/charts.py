@@ -274,9 +274,9 @@ def bar_chart(
                     f"{each.label}, {labels[index]}: {value}",
                 )
             )
-            if not stacked and count * len(series) <= 48:
+            if not stacked and _fits(format_count(value), width):
                 chart.value_labels.append(Text(round(x + width / 2, 1), round(y - 3, 1), format_count(value)))
-        if stacked and heights[index] and count <= 48:
+        if stacked and heights[index] and _fits(format_count(maximum), slot):
             label_y = round(_y(chart, heights[index], top) - 3, 1)
             chart.value_labels.append(Text(round(x0 + bar_width / 2, 1), label_y, format_count(heights[index])))
     chart.legend = [LegendItem(s.label, s.color, s.total or format_count(sum(s.values))) for s in series]
@@ -350,6 +350,12 @@ def line_chart(
     return chart
 
 
+def _fits(label: str, width: float) -> bool:
+    """A value label is drawn only where it fits above its bar (9px digits are ~5.5px wide);
+    otherwise the axis, the legend and the table carry the figures."""
+    return len(label) * 5.5 <= width + 2
+
+
 def _flush(chart: Chart, segment: list[str], series: LineSeries) -> None:
     if len(segment) > 1:
         chart.polylines.append(Polyline(" ".join(segment), series.color, series.dashed))
@@ -397,7 +403,7 @@ def render_chart(chart: Chart) -> SafeString:
     if chart.reference is not None:
         y = chart.reference.position
         add(f'<line x1="{left}" x2="{right}" y1="{y}" y2="{y}" stroke="#D55E00" stroke-width="1.5" '
-            f'stroke-dasharray="6 4"/><text x="{right}" y="{chart.reference_label_y}" text-anchor="end" '
+            f'stroke-dasharray="6 4"/><text x="{left + 4}" y="{chart.reference_label_y}" text-anchor="start" '
             f'fill="#B34700" font-weight="bold">{_e(chart.reference.label)}</text>')
     for line in chart.polylines:
         dash = ' stroke-dasharray="5 3"' if line.dashed else ""

@@ -60,9 +60,15 @@ def bucket_expression(field: str = "held_seconds") -> Case:
     )
 
 
+def _numeric(item: tuple[str, int]) -> tuple[int, str]:
+    return len(item[0]), item[0]
+
+
 def percentiles(histogram: Mapping[str, int] | Mapping[int, int], *percents: int) -> list[float | None]:
     """Nearest-rank percentiles (each in 1..100) of {bucket: samples}; None without samples."""
-    counts = sorted((int(bucket), n) for bucket, n in histogram.items() if n)
+    # Buckets are whole numbers (as strings in stored histograms): ordering by (length, text)
+    # is numeric order without converting every key.
+    counts = sorted(((str(bucket), n) for bucket, n in histogram.items() if n), key=_numeric)
     total = sum(n for _, n in counts)
     if total <= 0:
         return [None for _ in percents]
@@ -73,7 +79,7 @@ def percentiles(histogram: Mapping[str, int] | Mapping[int, int], *percents: int
         for bucket, n in counts:
             seen += n
             if seen >= rank:
-                answers.append(bucket_value(bucket))
+                answers.append(bucket_value(int(bucket)))
                 break
     return answers
 

@@ -67,6 +67,11 @@ class Rollup(models.Model):
     # Held-time histograms, {bucket: n} (see metrics.histogram for the buckets).
     recovery_histogram = models.JSONField(default=dict)
     approval_latency_histogram = models.JSONField(default=dict)
+    # Their p50/p95, so that a chart whose bins are whole rows sorts no histogram.
+    recovery_p50 = models.FloatField(null=True, blank=True)
+    recovery_p95 = models.FloatField(null=True, blank=True)
+    approval_latency_p50 = models.FloatField(null=True, blank=True)
+    approval_latency_p95 = models.FloatField(null=True, blank=True)
     # Steps active in the period, for attempts_per_step (see metrics.activity).
     active_steps = models.PositiveIntegerField(default=0)
     active_step_attempts = models.PositiveBigIntegerField(default=0)
@@ -80,6 +85,8 @@ class Rollup(models.Model):
 
 class ToolHour(Rollup):
     hour = models.DateTimeField()  # the hour's start, UTC
+    # Set on the current hour's provisional row: it counts [hour, partial_through) only.
+    partial_through = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -128,9 +135,12 @@ class ToolTotal(models.Model):
 
 
 class MetricsWatermark(models.Model):
-    """One row: every hour before `rolled_through` is in ToolHour; later rows are read live."""
+    """One row: every hour before `rolled_through` is in ToolHour, and the next one up to
+    `partial_through`; later rows are read live."""
 
     rolled_through = models.DateTimeField(null=True, blank=True)
+    # The hour starting at rolled_through is in ToolHour up to here (provisional rows).
+    partial_through = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     SINGLETON = 1

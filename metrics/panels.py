@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from . import histogram
 from .charts import OTHER, PALETTE, BarSeries, Chart, LineSeries, bar_chart, format_duration, format_share, line_chart
 from .queries import DOCUMENTED_SHARE_TARGET, Series
 
@@ -75,7 +74,7 @@ def tool_charts(series: Series) -> list[Chart]:
             "pending-recovery",
             "Pending recovery",
             f"Time a step was held before it left the held state (p50 and p95), {per}.",
-            starts, size, [c.recovery for c in bins], total.recovery,
+            starts, size, [c.recovery_percentiles() for c in bins], total.recovery_percentiles(),
         ),
         bar_chart(
             key="escalations",
@@ -107,7 +106,7 @@ def tool_charts(series: Series) -> list[Chart]:
             "approval-latency",
             "Approval latency",
             f"Time from the approval request to the approve or reject decision (p50 and p95), {per}.",
-            starts, size, [c.approval_latency for c in bins], total.approval_latency,
+            starts, size, [c.approval_latency_percentiles() for c in bins], total.approval_latency_percentiles(),
         ),
     ]
 
@@ -138,10 +137,14 @@ def _envelopes_by_code(
 
 
 def _percentile_chart(
-    key: str, title: str, caption: str, starts: list[datetime], size: timedelta, bins: list, total: Counter
+    key: str,
+    title: str,
+    caption: str,
+    starts: list[datetime],
+    size: timedelta,
+    per_bin: list[list[float | None]],
+    total: list[float | None],
 ) -> Chart:
-    per_bin = [histogram.percentiles(h, 50, 95) for h in bins]
-    p50, p95 = histogram.percentiles(total, 50, 95)
     return line_chart(
         key=key,
         title=title,
@@ -149,8 +152,8 @@ def _percentile_chart(
         starts=starts,
         bin_size=size,
         series=[
-            LineSeries("p50", [p[0] for p in per_bin], PALETTE[0], total=format_duration(p50)),
-            LineSeries("p95", [p[1] for p in per_bin], PALETTE[3], dashed=True, total=format_duration(p95)),
+            LineSeries("p50", [p[0] for p in per_bin], PALETTE[0], total=format_duration(total[0])),
+            LineSeries("p95", [p[1] for p in per_bin], PALETTE[3], dashed=True, total=format_duration(total[1])),
         ],
         kind="duration",
     )

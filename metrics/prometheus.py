@@ -21,8 +21,8 @@ from envelopes.models import Step, Tool
 from webhooks.models import OutboxMessage
 
 from .aggregates import HourCounts, aggregate_live
-from .models import COUNTERS, ToolTotal
-from .services import rolled_through
+from .models import COUNTERS, ToolHour, ToolTotal
+from .services import watermark
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -106,11 +106,17 @@ def _totals(tools: list[Tool], now: datetime) -> dict[int, dict[str, int]]:
     totals: dict[int, dict[str, int]] = {tool.pk: dict.fromkeys(COUNTERS, 0) for tool in tools}
     for row in ToolTotal.objects.filter(tool_id__in=list(totals)).values("tool_id", *COUNTERS):
         totals[row["tool_id"]] = {name: row[name] for name in COUNTERS}
-    through = rolled_through()
+    through, partial = watermark()
     tail: dict[int, HourCounts] = {}
-    if through is None or through < now:
-        # Hours not rolled yet. Without any roll this reads everything: run the beat task.
-        start = through or datetime.min.replace(tzinfo=now.tzinfo)
+    start = through or datetime.min.replace(tzinfo=now.tzinfo)
+    if through is not None and partial is not None and partial <= now:
+        rows = list(ToolHour.objects.filter(tool_id__in=list(totals), hour=through))
+        if all(row.partial_through == partial for row in rows):  # else a roll replaced them: live
+            for row in rows:
+                tail.setdefault(row.tool_id, HourCounts()).add(HourCounts.from_row(row))
+            start = partial
+    if start < now:
+        # Rows not rolled yet. Without any roll this reads everything: run the beat task.
         for (tool_id, _), counts in aggregate_live(list(totals), start, now).items():
             tail.setdefault(tool_id, HourCounts()).add(counts)
     for tool_id, counts in tail.items():

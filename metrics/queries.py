@@ -20,12 +20,11 @@ from envelopes.lifecycle import HELD
 from envelopes.models import ErrorCode, Step, Tool
 from envelopes.presenters import rfc3339
 
-from . import histogram
 from .activity import attempts_per_step as _attempts_per_step
 from .activity import ceil_day, ceil_hour, floor_day, floor_hour
 from .aggregates import HourCounts, Key, aggregate_live
 from .models import ToolDay, ToolHour
-from .services import rolled_through
+from .services import watermark
 
 DEFAULT_WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=90)
@@ -38,11 +37,12 @@ def window_hours(
     """The counts of the window by (tool, period): whole rolled days (when `days`), whole
     rolled hours, and the live edges (keyed by their hour)."""
     result: dict[Key, HourCounts] = {}
-    through = rolled_through()
+    through, partial = watermark()
     first_full, last_full = ceil_hour(since), floor_hour(until)
-    if through is not None:
+    tail = since
+    live = []
+    if through is not None and first_full < min(last_full, through):
         last_full = min(last_full, through)
-    if through is not None and first_full < last_full:
         hours = [(first_full, last_full)]
         first_day, last_day = ceil_day(first_full), floor_day(last_full)
         if days and first_day < last_day:
@@ -53,10 +53,20 @@ def window_hours(
             if start < end:
                 for row in ToolHour.objects.filter(tool_id__in=tool_ids, hour__gte=start, hour__lt=end):
                     result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
-        live = [(since, first_full), (last_full, until)]
-    else:
-        live = [(since, until)]
+        live.append((since, first_full))
+        tail = last_full
+    if through is not None and partial is not None and tail == through and partial <= until:
+        # The current hour's provisional rows cover [through, partial), unless a roll replaced
+        # them since the watermark was read (then the hour is read live).
+        rows = list(ToolHour.objects.filter(tool_id__in=tool_ids, hour=through))
+        if all(row.partial_through == partial for row in rows):
+            for row in rows:
+                result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
+            tail = partial
+    live.append((tail, until))
     for start, end in live:
+        if start >= end:
+            continue
         for key, counts in aggregate_live(tool_ids, start, end).items():
             result.setdefault(key, HourCounts()).add(counts)
     return result
@@ -67,6 +77,10 @@ def merged(counts: Iterable[HourCounts]) -> HourCounts:
     for each in counts:
         total.add(each)
     return total
+
+
+def _p50_p95(values: list[float | None]) -> dict[str, float | None]:
+    return {"p50": values[0], "p95": values[1]}
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -92,14 +106,14 @@ def metrics_representation(
         "unknown_outcomes": counts.unknown_outcomes,
         "resolved_by_verification": counts.resolved_by_verification,
         "duplicate_writes_prevented": counts.duplicate_writes_prevented,
-        "pending_recovery_seconds": histogram.p50_p95(counts.recovery),
+        "pending_recovery_seconds": _p50_p95(counts.recovery_percentiles()),
         "terminal_escalations": counts.terminal_escalations,
         "approvals": {
             "requested": counts.approvals_requested,
             "approved": counts.approvals_approved,
             "rejected": counts.approvals_rejected,
             "expired": counts.approvals_expired,
-            "latency_seconds": histogram.p50_p95(counts.approval_latency),
+            "latency_seconds": _p50_p95(counts.approval_latency_percentiles()),
         },
         "attempts_per_step": attempts,
         "attempt_budget_exhausted": counts.attempt_budget_exhausted,
@@ -228,11 +242,11 @@ class ToolHeadline:
 
     @property
     def recovery(self) -> dict[str, float | None]:
-        return histogram.p50_p95(self.counts.recovery)
+        return _p50_p95(self.counts.recovery_percentiles())
 
     @property
     def latency(self) -> dict[str, float | None]:
-        return histogram.p50_p95(self.counts.approval_latency)
+        return _p50_p95(self.counts.approval_latency_percentiles())
 
 
 def overview(tools: list[Tool], since: datetime, until: datetime) -> list[ToolHeadline]:

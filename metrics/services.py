@@ -1,7 +1,8 @@
 """The metrics app's only writes: rolling closed hours up into ToolHour and ToolTotal.
 
 An hour is rolled once it closed `SETTLE` ago, so that a transaction that stamped a row just
-before the hour's end has committed. Every roll recomputes whole hours and replaces their
+before the hour's end has committed; until then, every run recomputes the current hour so far
+(up to `PARTIAL_SETTLE` ago) into provisional rows. Every roll recomputes whole hours and replaces their
 rows: running it twice, or two workers at once (they queue on the watermark row), changes
 nothing. A row stamped into an hour that is already rolled (a backfill, a restore, a test
 with an explicit `now=`) is only counted once that hour is rolled again:
@@ -23,13 +24,22 @@ from .aggregates import HourCounts, aggregate_live
 from .models import COUNTERS, MetricsWatermark, ToolDay, ToolHour, ToolTotal
 
 SETTLE = timedelta(minutes=5)
+# The current hour is rolled up to this long ago, on every run (beat: every minute).
+PARTIAL_SETTLE = timedelta(minutes=1)
 
 
 def rolled_through() -> datetime | None:
     """Every hour before this is in ToolHour (None: nothing is rolled yet)."""
-    return MetricsWatermark.objects.filter(pk=MetricsWatermark.SINGLETON).values_list(
-        "rolled_through", flat=True
+    return watermark()[0]
+
+
+def watermark() -> tuple[datetime | None, datetime | None]:
+    """(rolled_through, partial_through): the hour starting at rolled_through is in ToolHour up
+    to partial_through, when that is set."""
+    row = MetricsWatermark.objects.filter(pk=MetricsWatermark.SINGLETON).values_list(
+        "rolled_through", "partial_through"
     ).first()
+    return row if row is not None else (None, None)
 
 
 def _earliest_activity(tools: list[Tool]) -> datetime | None:
@@ -69,6 +79,27 @@ def _roll_range(tools: list[Tool], start: datetime, end: datetime) -> set[int]:
     return touched
 
 
+def _roll_partial_hour(tools: list[Tool], hour: datetime, now: datetime) -> datetime | None:
+    """Compute the hour that has not closed yet, up to PARTIAL_SETTLE ago, into ToolHour rows
+    (replaced on every run, and by the final roll once the hour closed), so that a window
+    ending now reads minutes of rows live, not an hour. Returns how far the rows reach."""
+    through = min(now - PARTIAL_SETTLE, hour + HOUR)
+    if through <= hour:
+        return None
+    ToolHour.objects.filter(hour=hour).delete()
+    counts = aggregate_live([tool.pk for tool in tools], hour, through)
+    team_of = {tool.pk: tool.team_id for tool in tools}
+    ToolHour.objects.bulk_create(
+        [
+            hour_counts.to_row(ToolHour, team_id=team_of[tool_id], tool_id=tool_id, hour=hour, partial_through=through)
+            for (tool_id, _), hour_counts in counts.items()
+            if not hour_counts.is_empty
+        ],
+        batch_size=500,
+    )
+    return through
+
+
 def _roll_days(tool: Tool, start: datetime, end: datetime) -> None:
     midnight = floor_day(start) + DAY
     while midnight <= end:
@@ -82,11 +113,12 @@ def _roll_days(tool: Tool, start: datetime, end: datetime) -> None:
         midnight += DAY
 
 
-def _refresh_totals(tool_ids: set[int], now: datetime) -> None:
+def _refresh_totals(tool_ids: set[int], through: datetime, now: datetime) -> None:
+    """Each tool's counters over its final hours (the current hour's partial row is not one)."""
     tools = {tool.pk: tool for tool in Tool.objects.filter(pk__in=tool_ids)}
     sums = {
         row["tool_id"]: row
-        for row in ToolHour.objects.filter(tool_id__in=tool_ids)
+        for row in ToolHour.objects.filter(tool_id__in=tool_ids, hour__lt=through)
         .values("tool_id")
         .annotate(**{name: Sum(name) for name in COUNTERS})
         .order_by()
@@ -126,14 +158,17 @@ def metrics_rollup(*, now: datetime | None = None, rebuild_from: datetime | None
             if rebuild_next is not None:
                 start = min(start, rebuild_next)
             if start >= target:
-                if watermark.rolled_through is None:
-                    # Nothing happened before target: the first hours to roll start there.
-                    watermark.rolled_through, watermark.updated_at = target, now
-                    watermark.save()
+                # Every closed hour is rolled (when nothing happened before target, the first
+                # hours to roll start there); now the current hour, so far.
+                watermark.rolled_through = watermark.rolled_through or target
+                watermark.partial_through = _roll_partial_hour(tools, watermark.rolled_through, now)
+                watermark.updated_at = now
+                watermark.save()
                 return rolled
             end = min(floor_day(start) + DAY, target)  # a day at most per transaction
-            _refresh_totals(_roll_range(tools, start, end), now)
+            _refresh_totals(_roll_range(tools, start, end), max(watermark.rolled_through or end, end), now)
             watermark.rolled_through = max(watermark.rolled_through or end, end)
+            watermark.partial_through = None
             watermark.updated_at = now
             watermark.save()
         rolled += int((end - start) / HOUR)

@@ -8,9 +8,9 @@ import pytest
 from django.db.models import Sum
 
 from envelopes.models import Envelope, Tool
-from metrics.models import COUNTERS, ToolDay, ToolHour, ToolTotal
+from metrics.models import COUNTERS, MetricsWatermark, ToolDay, ToolHour, ToolTotal
 from metrics.queries import tool_metrics
-from metrics.services import metrics_rollup, rolled_through
+from metrics.services import metrics_rollup, rolled_through, watermark
 from tests.metrics.conftest import TOOL, Agent, S, U, at
 
 pytestmark = pytest.mark.django_db
@@ -84,3 +84,31 @@ def test_a_window_of_whole_days_reads_the_day_rows_and_agrees_with_the_live_answ
     assert live["envelopes"]["total"] == 18
     # Q1 R1 N0 A1 B1 C2 D1 E2 F1 G1 H0 I0 J0 K0 L1 M0 P0: 17 steps, 12 attempts
     assert live["attempts_per_step"] == pytest.approx(12 / 17)
+
+
+def test_the_current_hour_is_rolled_provisionally_and_replaced_once_it_closes(scenario) -> None:
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    now = S + timedelta(hours=1, minutes=30)  # 11:30: 10:00 closed, 11:00 under way
+    live = tool_metrics(tool, S, now)
+    metrics_rollup(now=now)
+    assert watermark() == (S + timedelta(hours=1), now - timedelta(minutes=1))
+    provisional = ToolHour.objects.get(tool=tool, hour=S + timedelta(hours=1))
+    assert provisional.partial_through == now - timedelta(minutes=1)
+    assert provisional.envelopes == 5  # G 11:00, H 11:06, I 11:10, J 11:23, K 11:25
+    assert tool_metrics(tool, S, now) == live
+    metrics_rollup(now=U + timedelta(minutes=5))
+    final = ToolHour.objects.get(tool=tool, hour=S + timedelta(hours=1))
+    assert (final.partial_through, final.envelopes) == (None, 7)
+
+
+def test_a_provisional_row_replaced_while_it_was_read_is_not_counted_twice(scenario) -> None:
+    tool = Tool.objects.get(team=scenario, name=TOOL)
+    now = S + timedelta(hours=1, minutes=30)
+    live = tool_metrics(tool, S, now)
+    metrics_rollup(now=now)
+    seen = watermark()
+    # The hour closes and is rolled for good between a reader's watermark read and its row read:
+    # the row now also counts L (11:56) and M (11:59), after the window.
+    metrics_rollup(now=U + timedelta(minutes=5))
+    MetricsWatermark.objects.update(rolled_through=seen[0], partial_through=seen[1])
+    assert tool_metrics(tool, S, now) == live

@@ -10,7 +10,8 @@ import time_machine
 from django.test import Client
 
 from approvals.services import reviewer_create
-from envelopes.models import ErrorCode, Team
+from envelopes.models import ErrorCode, Team, Tool
+from metrics.services import metrics_rollup
 from tests.metrics.conftest import TOOL, U
 
 pytestmark = pytest.mark.django_db
@@ -202,3 +203,26 @@ def test_an_admin_opens_the_new_entry_form_on_request(scenario) -> None:
     html = admin.get(PAGE, {"team": "acme", "add": "1"}).content.decode()
     assert 'name="new-code"' in html
     assert 'name="form_prefix" value="new"' in html
+
+
+def test_a_halted_tool_offers_resume_to_reviewers_only(scenario) -> None:
+    Tool.objects.filter(team__slug="acme", name=TOOL).update(
+        halted_until=U + timedelta(hours=1), halted_reason="LEDGER_DOWN"
+    )
+    reviewer_html = browser("rex", "reviewer").get(PAGE).content.decode()
+    assert "<code>LEDGER_DOWN</code>" in reviewer_html
+    assert 'action="/tools/create_invoice/resume"' in reviewer_html
+    assert ">Resume tool</button>" in reviewer_html
+    viewer_html = browser("vic", "viewer").get(PAGE).content.decode()
+    assert "<code>LEDGER_DOWN</code>" in viewer_html
+    assert ">Resume tool</button>" not in viewer_html
+
+
+def test_the_charts_read_from_rollups_show_what_the_live_read_shows(scenario) -> None:
+    viewer = browser("vic", "viewer")
+    live = [chart.table_rows for chart in viewer.get(PAGE).context["charts"]]
+    metrics_rollup(now=U + timedelta(minutes=30))
+    rolled = [chart.table_rows for chart in viewer.get(PAGE).context["charts"]]
+    assert rolled == live
+    recovery = next(chart for chart in viewer.get(PAGE).context["charts"] if chart.key == "pending-recovery")
+    assert ["20 Nov 10:00–11:00", "3.3 min", "6.7 min"] in recovery.table_rows  # 200 s and 400 s
