@@ -92,7 +92,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _cache_url = env.str("CACHE_URL", default="")
 if _cache_url.startswith(("redis://", "rediss://")):
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
+    CACHES = {"default": {"BACKEND": "config.cache.HoldpointRedisCache", "LOCATION": _cache_url}}
 else:
     # The throttle counts must be shared by every web process: a database table is.
     CACHES = {

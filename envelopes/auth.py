@@ -20,10 +20,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer hp_...'.")
-        key = ApiKey.objects.active().select_related("team").filter(key_hash=ApiKey.hash_key(raw.strip())).first()
-        if key is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
-        return (None, key)
+        # key_hash is unique: a slice, not .first(), which would add an ORDER BY to compile.
+        found = ApiKey.objects.active().select_related("team").filter(key_hash=ApiKey.hash_key(raw.strip()))[:1]
+        for key in found:
+            return (None, key)
+        raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="holdpoint"'

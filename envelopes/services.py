@@ -282,7 +282,7 @@ def _envelope_store(
     )
     if not applied.outcome.ignored:
         step.last_envelope = envelope
-    step_save(step, now)
+    step_save(step, now, created=applied.created)
     if applied.outcome.changed:
         emit_state_changed(step, "envelope")
     if not parsed.ok and not applied.outcome.ignored:
@@ -445,7 +445,7 @@ def attempt_request(
                 granted_at=now,
             )
         if outcome.changed or outcome.refusal:
-            step_save(step, now)
+            step_save(step, now, created=applied.created)
         if outcome.changed:
             emit_state_changed(step, "attempt")
     if outcome.refusal:

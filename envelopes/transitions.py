@@ -29,8 +29,7 @@ SYSTEM = "system"
 
 def tool_get_or_register(*, team: Team, name: str) -> Tool:
     """The team's tool of that name, registered with defaults the first time it is named."""
-    tool = Tool.objects.filter(team=team, name=name).first()
-    if tool is not None:
+    for tool in Tool.objects.filter(team=team, name=name)[:1]:
         return tool
     try:
         with transaction.atomic():
@@ -39,13 +38,22 @@ def tool_get_or_register(*, team: Team, name: str) -> Tool:
         return Tool.objects.get(team=team, name=name)
 
 
-def lock_step(team: Team, operation_ref: str) -> Step | None:
-    return (
-        Step.objects.select_related("tool", "last_envelope")
-        .select_for_update(of=("self",))
-        .filter(team=team, operation_ref=operation_ref)
-        .first()
-    )
+def lock_step(team: Team, operation_ref: str, *, joined: bool = True) -> Step | None:
+    """The team's step of that ref, locked for this transaction (None: no such step).
+
+    (team, operation_ref) is unique: a slice, not `.first()`, which would order by pk.
+    `joined=False` skips the join of the tool and the last envelope (the ingest path has its
+    own copy of the tool and, but for an ignored envelope, replaces the last envelope): on the
+    hot path, compiling the joined columns cost more CPU than the query itself."""
+    steps = Step.objects.select_for_update(of=("self",)).filter(team=team, operation_ref=operation_ref)
+    if joined:
+        steps = steps.select_related("tool", "last_envelope")
+    return next(iter(steps[:1]), None)
+
+
+def mark_new(step: Step) -> None:
+    """A step created in this transaction has no decisions: its answer need not ask."""
+    step._prefetched_objects_cache = {"decisions": step.decisions.none()}  # type: ignore[attr-defined]
 
 
 def code_is_documented(*, tool: Tool, code: str) -> bool:
@@ -124,10 +132,17 @@ def record(
     return events
 
 
-def step_save(step: Step, now: datetime) -> None:
+# What a caller may change on a step that `apply_event` inserted in the same transaction: the
+# audit links advance its chain head, the ingest points it at its envelope.
+CHANGED_AFTER_INSERT = ("audit_seq", "audit_head", "last_envelope", "updated_at", "version")
+
+
+def step_save(step: Step, now: datetime, *, created: bool = False) -> None:
+    """Save the step with its version bumped. `created`: it was inserted in this transaction,
+    so only CHANGED_AFTER_INSERT can differ from its row (an UPDATE of five columns, not all)."""
     step.updated_at = now
     step.version += 1
-    step.save()
+    step.save(update_fields=CHANGED_AFTER_INSERT if created else None)
 
 
 def emit_state_changed(step: Step, cause: str) -> None:
@@ -153,7 +168,7 @@ def apply_event(
     must_exist: bool = False,
 ) -> Applied:
     """Lock the step (creating it if the event may create it) and apply the event."""
-    step = lock_step(team, operation_ref)
+    step = lock_step(team, operation_ref, joined=False)
     if step is None:
         if must_exist:
             raise StepNotFound(f"No step {operation_ref!r} in this team.")
@@ -179,9 +194,10 @@ def apply_event(
                 step.save(force_insert=True)
         except IntegrityError:
             # Another request created it first: apply the event to that step instead.
-            step = lock_step(team, operation_ref)
+            step = lock_step(team, operation_ref, joined=False)
             assert step is not None
         else:
+            mark_new(step)
             audit = record(step, before, outcome, actor=actor, cause=cause, now=now)
             return Applied(step=step, outcome=outcome, created=True, audit_events=audit)
     if step.tool_id != tool.pk:
