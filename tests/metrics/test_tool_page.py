@@ -226,3 +226,20 @@ def test_the_charts_read_from_rollups_show_what_the_live_read_shows(scenario) ->
     assert rolled == live
     recovery = next(chart for chart in viewer.get(PAGE).context["charts"] if chart.key == "pending-recovery")
     assert ["20 Nov 10:00–11:00", "3.3 min", "6.7 min"] in recovery.table_rows  # 200 s and 400 s
+
+
+def test_resuming_a_halted_tool_from_its_page_comes_back_to_the_page(scenario) -> None:
+    Tool.objects.filter(team__slug="acme", name=TOOL).update(
+        halted_until=U + timedelta(hours=1), halted_at=U, halted_reason="LEDGER_DOWN"
+    )
+    reviewer = browser("rex", "reviewer")
+    html = reviewer.get(PAGE, {"window": "7d"}).content.decode()
+    resume_form = re.search(r'action="/tools/create_invoice/resume".*?</form>', html, re.S)
+    assert resume_form is not None
+    back = re.search(r'name="next" value="([^"]+)"', resume_form.group(0)).group(1).replace("&amp;", "&")
+    assert back.startswith(PAGE) and "window=7d" in back
+
+    response = reviewer.post(f"/tools/{TOOL}/resume", {"team": "acme", "next": back})
+    assert response.status_code == 303
+    assert response["Location"] == back
+    assert Tool.objects.get(team__slug="acme", name=TOOL).halted_until is None
