@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from .models import ApiKey, ErrorCode, Team, Tool
 from .services import tool_get_or_register
@@ -51,6 +54,12 @@ def api_key_create(*, team: Team, name: str) -> NewApiKey:
     return NewApiKey(api_key=key, raw=raw)
 
 
+def api_keys_revoke(keys: QuerySet[ApiKey], *, now: datetime | None = None) -> int:
+    """Revoke the active keys among `keys`; returns how many. The next request with one of
+    them answers 401 (keys are looked up on every request, never cached)."""
+    return keys.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+
+
 def parse_setting(name: str, raw: str) -> Any:
     """A KEY=VALUE setting from the command line, typed by the setting's kind."""
     kind = TOOL_SETTINGS.get(name)
@@ -77,6 +86,15 @@ def tool_configure(*, team: Team, name: str, settings: dict[str, Any]) -> Tool:
         if key not in TOOL_SETTINGS:
             raise ConfigurationError(f"unknown setting {key!r}")
         setattr(tool, key, value)
+    problems = tool_settings_problems(tool)
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+    tool.save()
+    return tool
+
+
+def tool_settings_problems(tool: Tool) -> list[str]:
+    """What is wrong with a tool's settings, one sentence each (empty: nothing)."""
     problems = []
     if tool.required_approvals not in (1, 2):
         problems.append("required_approvals must be 1 or 2")
@@ -89,12 +107,10 @@ def tool_configure(*, team: Team, name: str, settings: dict[str, Any]) -> Tool:
     for key in ("consistency_window_s", "verification_deadline_s", "halt_cooldown_s"):
         if getattr(tool, key) < 0:
             problems.append(f"{key} must not be negative")
-    if not all(isinstance(k, str) and k.isidentifier() and len(k) <= 64 for k in tool.safe_detail_keys):
-        problems.append("safe_detail_keys must be identifiers of at most 64 characters")
-    if problems:
-        raise ConfigurationError("; ".join(problems))
-    tool.save()
-    return tool
+    keys = tool.safe_detail_keys
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k.isidentifier() and len(k) <= 64 for k in keys):
+        problems.append("safe_detail_keys must be a list of identifiers of at most 64 characters")
+    return problems
 
 
 @transaction.atomic

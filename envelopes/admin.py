@@ -1,0 +1,97 @@
+"""Admin for teams, their API keys and their tools' settings.
+
+Steps, envelopes and the audit log are not here: they change only through the state machine
+(the dashboard and the API), and the audit log never changes. API keys are created with
+`manage.py createapikey` (the key is shown once); here they can only be renamed and revoked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from .configuration import api_keys_revoke, tool_settings_problems
+from .models import ApiKey, Team, Tool
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "team", "created_at", "revoked_at"]
+    list_filter = ["team", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["team"]
+    search_fields = ["prefix", "name"]
+    fields = ["team", "prefix", "name", "created_at", "revoked_at"]  # never the hash
+    readonly_fields = ["team", "prefix", "created_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool) -> None:
+        obj.save(update_fields=["name"])  # never put back a revoked_at the form loaded
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # `manage.py createapikey` shows the new key once; the admin could not
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the row says which key a past request used
+
+    @admin.action(description="Revoke the selected API keys")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        revoked = api_keys_revoke(queryset)
+        self.message_user(request, f"Revoked {revoked} API key(s); their next request answers 401.", messages.SUCCESS)
+
+
+class ToolAdminForm(forms.ModelForm):
+    class Meta:
+        model = Tool
+        fields = [
+            "side_effects", "required_approvals", "max_attempts", "consistency_window_s", "verification_deadline_s",
+            "approval_ttl_s", "halt_cooldown_s", "safe_detail_keys", "strict_codes",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not self.errors:
+            for name, value in data.items():
+                setattr(self.instance, name, value)
+            for problem in tool_settings_problems(self.instance):
+                self.add_error(None, problem)
+        return data
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    """The recovery settings of contract §1. A tool registers itself the first time an agent
+    names it; its circuit is resumed from the dashboard, not here."""
+
+    form = ToolAdminForm
+    list_display = [
+        "name", "team", "side_effects", "max_attempts", "required_approvals", "strict_codes", "halted_until",
+    ]
+    list_filter = ["team", "side_effects", "strict_codes"]
+    list_select_related = ["team"]
+    search_fields = ["name"]
+    readonly_fields = ["team", "name", "halted_until", "halted_reason", "halted_at", "created_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["team", "name", *ToolAdminForm.Meta.fields, "halted_until", "halted_reason", "halted_at", "created_at"]
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: forms.ModelForm, change: bool) -> None:
+        # Only the settings: the circuit and the audit chain head move under the app's own
+        # writes meanwhile, and a whole-row save would put back what the form loaded.
+        obj.save(update_fields=ToolAdminForm.Meta.fields)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tools register on first use, or with `manage.py configuretool`
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its steps and audit chain refer to it
