@@ -90,7 +90,9 @@ def test_the_tool_admin_refuses_settings_that_break_a_rule(admin_client: Client,
     assert Tool.objects.get(pk=tool.pk).safe_detail_keys == []
 
 
-def test_saving_a_tool_in_the_admin_keeps_its_circuit_and_audit_head(admin_client: Client, team: Team, monkeypatch) -> None:
+def test_saving_a_tool_in_the_admin_keeps_its_circuit_and_audit_head(
+    admin_client: Client, team: Team, monkeypatch
+) -> None:
     tool = Tool.objects.create(team=team, name="send_email")
     validate = ToolAdminForm.clean
 
