@@ -212,6 +212,9 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-due-steps": {"task": "envelopes.tasks.sweep_due_steps", "schedule": HOLDPOINT_SWEEP_SECONDS},
     "seal-audit-chains": {"task": "envelopes.tasks.seal_audit_chains", "schedule": 60.0},
     "deliver-webhooks": {"task": "webhooks.tasks.deliver_due_messages", "schedule": HOLDPOINT_SWEEP_SECONDS},
+    # Closed hours into ToolHour/ToolDay, the current hour so far into a provisional row
+    # (metrics/README.md): what keeps the metrics pages and API from reading envelopes.
+    "rollup-metrics": {"task": "metrics.tasks.rollup_metrics", "schedule": 60.0},
 }
 
 # --- Holdpoint -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Thin Celery task: beat runs it every few minutes (config/settings.py CELERY_BEAT_SCHEDULE)."""
+"""Thin Celery task: beat runs it every minute (config/settings.py CELERY_BEAT_SCHEDULE)."""
 
 from __future__ import annotations
 
