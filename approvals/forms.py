@@ -77,3 +77,14 @@ class ToolCancelHeldForm(forms.Form):
         if not reason:
             raise forms.ValidationError("A reason is required.")
         return reason
+
+
+class ApiKeyCreateForm(forms.Form):
+    team = forms.SlugField()
+    name = forms.CharField(max_length=100, help_text="Who uses it, e.g. the agent runtime's name.")
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not name or not name.isprintable():
+            raise forms.ValidationError("A name of printable characters.", code="invalid")
+        return name

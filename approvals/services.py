@@ -1,8 +1,9 @@
-"""Reviewer writes: memberships and decisions. A decision is one more event for the step's
+"""Reviewer writes: memberships, decisions and (team admins) API keys. A decision is one more event for the step's
 state machine (envelopes.services), so locking, audit and webhooks stay in one place."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,12 +13,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from envelopes import services as step_services
+from envelopes.configuration import NewApiKey, api_key_create, api_keys_revoke
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
-from envelopes.models import Step, Team, Tool
+from envelopes.models import ApiKey, Step, Team, Tool
 from envelopes.presenters import rfc3339, step_representation
 from webhooks.outbox import event_emit
 
 from .models import Decision, Membership
+
+logger = logging.getLogger(__name__)
 
 REASON_REQUIRED = frozenset({"reject", "cancel", "mark_committed", "permit_retry"})
 
@@ -161,3 +165,29 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: AbstractBaseUser, r
             continue
         cancelled += int(result.transitioned)
     return cancelled
+
+
+# --- a team's API keys (team admins) -------------------------------------------------------------
+
+
+def _require_admin(user: AbstractBaseUser, team: Team) -> None:
+    membership = membership_for(user=user, team=team)
+    if membership is None or not membership.can_administer:
+        raise PermissionError("Only admins of this team may manage its API keys.")
+
+
+def api_key_create_by_admin(*, team: Team, actor: AbstractBaseUser, name: str) -> NewApiKey:
+    """A new key for the team; the raw key is in the answer only (stored hashed)."""
+    _require_admin(actor, team)
+    created = api_key_create(team=team, name=name)
+    logger.info("api key %s… created for team %s by %s", created.api_key.prefix, team.slug, actor.get_username())
+    return created
+
+
+def api_key_revoke_by_admin(*, team: Team, key_id: int, actor: AbstractBaseUser) -> bool:
+    """Revoke one of the team's keys; False when it was already revoked."""
+    _require_admin(actor, team)
+    revoked = api_keys_revoke(ApiKey.objects.filter(team=team, pk=key_id)) == 1
+    if revoked:
+        logger.info("api key %s revoked in team %s by %s", key_id, team.slug, actor.get_username())
+    return revoked

@@ -18,4 +18,6 @@ urlpatterns = [
     path("tools/<str:tool>/cancel-held", views.tool_cancel_held, name="tool-cancel-held"),
     path("quarantine/", views.quarantine_list, name="quarantine"),
     path("quarantine/<int:pk>/", views.quarantine_detail, name="quarantine-detail"),
+    path("keys/", views.api_keys, name="api-keys"),
+    path("keys/<int:pk>/revoke", views.api_key_revoke, name="api-key-revoke"),
 ]

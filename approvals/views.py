@@ -23,17 +23,24 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
-from envelopes.models import Quarantine, Step, Tool
+from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.services import StepNotFound
 
 from . import queries
-from .forms import AGE_CHOICES, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
+from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .models import Membership
-from .services import DecisionRefused, step_decide, tool_cancel_held_steps, tool_resume_by_reviewer
+from .services import (
+    DecisionRefused,
+    api_key_create_by_admin,
+    api_key_revoke_by_admin,
+    step_decide,
+    tool_cancel_held_steps,
+    tool_resume_by_reviewer,
+)
 
 QUEUES_CHANGED = "queues-changed"  # htmx event: the nav counts refresh at once
 
@@ -421,3 +428,56 @@ def quarantine_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "now": timezone.now(),
     }
     return _render(request, "approvals/quarantine_detail.html", context)
+
+
+# --- a team's API keys ----------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@dashboard_login_required
+def api_keys(request: HtmxHttpRequest) -> HttpResponse:
+    """The keys of the user's teams: every member sees their prefixes, a team's admins create
+    and revoke them. A new key is shown once, in the answer to the POST that made it (never in
+    a URL, a flash message or the session), and that answer is not cached."""
+    memberships = queries.memberships_of(request.user)
+    form, created, status = ApiKeyCreateForm(), None, 200
+    if request.method == "POST":
+        form = ApiKeyCreateForm(request.POST)
+        if form.is_valid():
+            team = next((m.team for m in memberships if m.team.slug == form.cleaned_data["team"]), None)
+            if team is None:
+                raise Http404("No such team.")
+            try:
+                created = api_key_create_by_admin(team=team, actor=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+            except PermissionError as refused:
+                raise PermissionDenied(str(refused)) from refused
+            form = ApiKeyCreateForm()
+        else:
+            status = 400
+    keys = ApiKey.objects.filter(team__in=[m.team for m in memberships]).select_related("team")
+    context = {
+        "page": Paginator(keys.order_by("team__slug", "-created_at", "-pk"), 100).get_page(request.GET.get("page")),
+        "form": form,
+        "created": created,
+        "admin_teams": [m.team for m in memberships if m.can_administer],
+        "admin_team_ids": {m.team_id for m in memberships if m.can_administer},
+        "multi_team": len(memberships) > 1,
+    }
+    response = _render(request, "approvals/api_keys.html", context, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@dashboard_login_required
+def api_key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(ApiKey.objects.select_related("team"), pk=pk, team__in=queries.teams_of(request.user))
+    try:
+        revoked = api_key_revoke_by_admin(team=key.team, key_id=key.pk, actor=request.user)  # type: ignore[arg-type]
+    except PermissionError as refused:
+        raise PermissionDenied(str(refused)) from refused
+    if revoked:
+        messages.success(request, f"Revoked {key.prefix}… ({key.name}): its next request answers 401.")
+    else:
+        messages.info(request, f"{key.prefix}… was already revoked; nothing changed.")
+    return _redirect(request, reverse("approvals:api-keys"))

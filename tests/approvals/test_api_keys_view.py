@@ -1,0 +1,79 @@
+"""/keys/: a team's admins create API keys (shown once) and revoke them; members see prefixes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from envelopes.configuration import api_key_create
+from envelopes.models import ApiKey, Team
+from tests.approvals.conftest import logged_in
+from tests.conftest import AgentClient, error_envelope
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "/keys/"
+
+
+@pytest.fixture
+def admin(make_reviewer) -> Client:  # type: ignore[no-untyped-def]
+    return logged_in(make_reviewer("ada", role="admin"))
+
+
+def test_an_admin_creates_a_key_that_is_shown_once_and_works(admin: Client, team: Team) -> None:
+    response = admin.post(PAGE, {"team": team.slug, "name": "billing-agent"})
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    raw = re.search(r'<code id="new-api-key">(hp_[A-Za-z0-9_-]+)</code>', response.content.decode()).group(1)
+
+    key = ApiKey.objects.get(name="billing-agent")
+    assert key.key_hash == ApiKey.hash_key(raw) and raw not in (key.prefix, key.key_hash)
+    assert AgentClient(raw).envelope(error_envelope()).status_code == 201
+
+    again = admin.get(PAGE).content.decode()
+    assert f"{key.prefix}…" in again and raw not in again
+
+
+def test_a_reviewer_sees_prefixes_but_may_not_create_or_revoke(rita: Client, team: Team) -> None:
+    existing = api_key_create(team=team, name="ci").api_key
+    html = rita.get(PAGE).content.decode()
+    assert f"{existing.prefix}…" in html and existing.key_hash not in html
+    assert "Create key" not in html and ">Revoke<" not in html
+
+    assert rita.post(PAGE, {"team": team.slug, "name": "sneaky"}).status_code == 403
+    assert rita.post(f"/keys/{existing.pk}/revoke").status_code == 403
+    assert not ApiKey.objects.filter(name="sneaky").exists()
+    assert ApiKey.objects.get(pk=existing.pk).revoked_at is None
+
+
+def test_an_admin_revokes_a_key_and_its_next_request_answers_401(admin: Client, team: Team) -> None:
+    created = api_key_create(team=team, name="ci")
+    response = admin.post(f"/keys/{created.api_key.pk}/revoke")
+    assert response.status_code in (302, 303)
+    assert response["Location"] == PAGE
+    assert AgentClient(created.raw).get("/api/v1/steps").status_code == 401
+    assert "revoked" in admin.get(PAGE).content.decode()
+
+
+def test_another_teams_keys_are_invisible_and_out_of_reach(admin: Client, other_team: Team) -> None:
+    theirs = api_key_create(team=other_team, name="theirs")
+    assert theirs.api_key.prefix not in admin.get(PAGE).content.decode()
+    assert admin.post(f"/keys/{theirs.api_key.pk}/revoke").status_code == 404
+    assert admin.post(PAGE, {"team": other_team.slug, "name": "intruder"}).status_code == 404
+    assert AgentClient(theirs.raw).get("/api/v1/steps").status_code == 200
+    assert not ApiKey.objects.filter(name="intruder").exists()
+
+
+def test_a_name_is_required_and_named_in_the_answer(admin: Client, team: Team) -> None:
+    response = admin.post(PAGE, {"team": team.slug, "name": "   "})
+    assert response.status_code == 400
+    assert 'aria-invalid="true"' in response.content.decode()
+    assert not ApiKey.objects.exists()
+
+
+def test_the_page_asks_for_a_login(client: Client) -> None:
+    response = client.get(PAGE)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
