@@ -1,9 +1,13 @@
-"""The team's webhooks page: endpoints and dead letters, with a redeliver button for admins."""
+"""The team's webhooks page: endpoints and dead letters. Team admins register, rotate and disable
+endpoints (a signing secret is shown once, in the answer that made it) and redeliver dead letters."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Max
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -12,19 +16,35 @@ from django.views.decorators.http import require_GET, require_POST
 
 from envelopes.models import Team
 
+from . import ssrf
+from .forms import EndpointCreateForm, EndpointDisableForm
 from .models import OutboxMessage, WebhookEndpoint
-from .services import WebhookError, message_redeliver
+from .services import WebhookError, endpoint_create, endpoint_disable, endpoint_secret_rotate, message_redeliver
 
 DEAD_LETTER_LIMIT = 100
+ENDPOINT_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class NewSecret:
+    """A signing secret to show once: a new endpoint's, or a rotated one."""
+
+    endpoint: WebhookEndpoint
+    secret: str
+    rotated: bool
 
 
 def _teams(request: HttpRequest):  # type: ignore[no-untyped-def]
     return Team.objects.filter(memberships__user=request.user)
 
 
-@login_required
-@require_GET
-def dead_letters(request: HttpRequest) -> HttpResponse:
+def _admin_team_ids(request: HttpRequest) -> set[int]:
+    return set(request.user.memberships.filter(role="admin").values_list("team_id", flat=True))  # type: ignore[union-attr]
+
+
+def _page(
+    request: HttpRequest, *, form: EndpointCreateForm | None = None, secret: NewSecret | None = None, status: int = 200
+) -> HttpResponse:
     teams = _teams(request)
     letters = (
         OutboxMessage.objects.dead()
@@ -34,19 +54,82 @@ def dead_letters(request: HttpRequest) -> HttpResponse:
         .order_by("-created_at", "-id")[:DEAD_LETTER_LIMIT]
     )
     endpoints = WebhookEndpoint.objects.filter(team__in=teams).select_related("team").order_by("id")
-    admin_team_ids = set(
-        request.user.memberships.filter(role="admin").values_list("team_id", flat=True)  # type: ignore[union-attr]
-    )
-    return render(
+    admin_team_ids = _admin_team_ids(request)
+    response = render(
         request,
         "webhooks/dead_letters.html",
         {
             "letters": letters,
-            "endpoints": endpoints,
+            "endpoints": endpoints[:ENDPOINT_LIMIT],
             "admin_team_ids": admin_team_ids,
+            "admin_teams": [team for team in teams.order_by("slug") if team.pk in admin_team_ids],
             "multi_team": teams.count() > 1,
+            "form": form or EndpointCreateForm(),
+            "secret": secret,
         },
+        status=status,
     )
+    if secret is not None:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_GET
+def dead_letters(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@login_required
+@require_POST
+def endpoint_create_view(request: HttpRequest) -> HttpResponse:
+    """A team admin registers an endpoint; its signing secret is shown once, in this answer."""
+    form = EndpointCreateForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form=form, status=400)
+    team = _teams(request).filter(slug=form.cleaned_data["team"]).first()
+    if team is None:
+        raise Http404("No such team.")
+    if team.pk not in _admin_team_ids(request):
+        raise PermissionDenied("Only a team admin may register webhook endpoints.")
+    try:
+        created = endpoint_create(team=team, url=form.cleaned_data["url"])
+    except ssrf.UnsafeTarget as refusal:
+        form.add_error("url", str(refusal))
+        return _page(request, form=form, status=400)
+    return _page(request, secret=NewSecret(created.endpoint, created.secret, rotated=False))
+
+
+def _admin_endpoint(request: HttpRequest, pk: int) -> WebhookEndpoint:
+    endpoint = WebhookEndpoint.objects.filter(pk=pk, team__in=_teams(request)).select_related("team").first()
+    if endpoint is None:
+        raise Http404("No such endpoint in your teams.")
+    if endpoint.team_id not in _admin_team_ids(request):
+        raise PermissionDenied("Only a team admin may change webhook endpoints.")
+    return endpoint
+
+
+@login_required
+@require_POST
+def endpoint_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """A new signing secret, used from the next try on; shown once, in this answer."""
+    endpoint = _admin_endpoint(request, pk)
+    secret = endpoint_secret_rotate(endpoint=endpoint)
+    return _page(request, secret=NewSecret(endpoint, secret, rotated=True))
+
+
+@login_required
+@require_POST
+def endpoint_disable_view(request: HttpRequest, pk: int) -> HttpResponse:
+    endpoint = _admin_endpoint(request, pk)
+    if not endpoint.active:
+        messages.info(request, f"Endpoint #{endpoint.pk} was already disabled; nothing changed.")
+        return HttpResponseRedirect(reverse("webhooks:dead-letters"))
+    form = EndpointDisableForm(request.POST)
+    reason = (form.cleaned_data["reason"].strip() if form.is_valid() else "") or "disabled by a team admin"
+    dead = endpoint_disable(endpoint=endpoint, reason=f"{reason} ({request.user.get_username()})")
+    messages.success(request, f"Disabled endpoint #{endpoint.pk}; its {dead} pending message(s) are now dead letters.")
+    return HttpResponseRedirect(reverse("webhooks:dead-letters"))
 
 
 @login_required

@@ -1,0 +1,110 @@
+"""Team admins register, rotate and disable webhook endpoints on /webhooks/."""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import Client
+
+from envelopes.models import Team
+from webhooks.models import OutboxMessage, WebhookEndpoint
+from webhooks.outbox import event_emit
+from webhooks.services import endpoint_create
+
+from .conftest import fake_resolver
+
+pytestmark = pytest.mark.usefixtures("no_prompt_delivery")
+PAGE = "/webhooks/"
+
+
+@pytest.fixture(autouse=True)
+def _plain_http(settings: Any) -> None:
+    settings.SECURE_SSL_REDIRECT = False
+    settings.SESSION_COOKIE_SECURE = False
+    settings.CSRF_COOKIE_SECURE = False
+
+
+def login(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def shown_secret(response: Any) -> str:
+    found = re.search(r'<code id="signing-secret">(whsec_[^<]+)</code>', response.content.decode())
+    assert found is not None, "no secret on the page"
+    return found.group(1)
+
+
+def test_an_admin_registers_an_endpoint_and_sees_its_secret_once(make_reviewer, team: Team, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver({"hooks.example.com": ["93.184.216.34"]}))
+    admin = login(make_reviewer("ada", "admin"))
+    response = admin.post("/webhooks/endpoints", {"team": team.slug, "url": "https://hooks.example.com/h/tok123"})
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    endpoint = WebhookEndpoint.objects.get(team=team)
+    assert (endpoint.url, endpoint.active) == ("https://hooks.example.com/h/tok123", True)
+    assert shown_secret(response) == endpoint.secret
+    again = admin.get(PAGE).content.decode()
+    assert endpoint.secret not in again and "tok123" not in again
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9001/hook", "http://169.254.169.254/latest/meta-data", "ftp://x.example"]
+)
+def test_an_unsafe_or_invalid_url_is_refused_and_named(make_reviewer, team: Team, url: str) -> None:  # type: ignore[no-untyped-def]
+    admin = login(make_reviewer("ada", "admin"))
+    response = admin.post("/webhooks/endpoints", {"team": team.slug, "url": url})
+    assert response.status_code == 400
+    assert 'id="endpoint-url-error"' in response.content.decode()
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_rotating_shows_a_new_secret_once(make_reviewer, team: Team, allow_private: None) -> None:  # type: ignore[no-untyped-def]
+    endpoint = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
+    old = endpoint.secret
+    response = login(make_reviewer("ada", "admin")).post(f"/webhooks/endpoints/{endpoint.pk}/rotate")
+    endpoint.refresh_from_db()
+    assert endpoint.secret != old
+    assert shown_secret(response) == endpoint.secret
+
+
+def test_disabling_turns_pending_messages_into_dead_letters(make_reviewer, team: Team, allow_private: None) -> None:  # type: ignore[no-untyped-def]
+    endpoint = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
+    with transaction.atomic():
+        event_emit(team_id=team.pk, event_type="tool.halted", data={"tool": "charge_card"})
+    response = login(make_reviewer("ada", "admin")).post(
+        f"/webhooks/endpoints/{endpoint.pk}/disable", {"reason": "receiver retired"}
+    )
+    assert response.status_code == 302
+    endpoint.refresh_from_db()
+    assert not endpoint.active and endpoint.disabled_reason == "receiver retired (ada)"
+    assert OutboxMessage.objects.get().status == "dead"
+
+
+def test_reviewers_and_other_teams_cannot_change_endpoints(  # type: ignore[no-untyped-def]
+    make_reviewer, team: Team, other_team: Team, allow_private: None
+) -> None:
+    ours = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
+    theirs = endpoint_create(team=other_team, url="http://127.0.0.1:9002/hook").endpoint
+    reviewer = login(make_reviewer("rita", "reviewer"))
+    assert "Register an endpoint" not in reviewer.get(PAGE).content.decode()
+    assert (
+        reviewer.post("/webhooks/endpoints", {"team": team.slug, "url": "http://127.0.0.1:9003/x"}).status_code == 403
+    )
+    assert reviewer.post(f"/webhooks/endpoints/{ours.pk}/rotate").status_code == 403
+    assert reviewer.post(f"/webhooks/endpoints/{ours.pk}/disable").status_code == 403
+
+    admin = login(make_reviewer("ada", "admin"))
+    assert admin.post(f"/webhooks/endpoints/{theirs.pk}/rotate").status_code == 404
+    assert admin.post(f"/webhooks/endpoints/{theirs.pk}/disable").status_code == 404
+    assert (
+        admin.post("/webhooks/endpoints", {"team": other_team.slug, "url": "http://127.0.0.1:9003/x"}).status_code
+        == 404
+    )
+    assert WebhookEndpoint.objects.filter(active=True).count() == 2
+    assert {e.pk: e.secret for e in WebhookEndpoint.objects.all()} == {ours.pk: ours.secret, theirs.pk: theirs.secret}

@@ -1,0 +1,14 @@
+"""The webhooks page's forms (team admins)."""
+
+from __future__ import annotations
+
+from django import forms
+
+
+class EndpointCreateForm(forms.Form):
+    team = forms.SlugField()
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+
+
+class EndpointDisableForm(forms.Form):
+    reason = forms.CharField(max_length=80, required=False)
