@@ -8,6 +8,7 @@ from django.core.validators import RegexValidator
 from envelopes.models import TOOL_NAME_RE
 
 from .models import Decision
+from .once import OnceForm
 from .queries import AGE_RE, QueueFilters, parse_age
 from .services import REASON_REQUIRED
 
@@ -79,7 +80,7 @@ class ToolCancelHeldForm(forms.Form):
         return reason
 
 
-class ApiKeyCreateForm(forms.Form):
+class ApiKeyCreateForm(OnceForm):
     team = forms.SlugField()
     name = forms.CharField(max_length=100, help_text="Who uses it, e.g. the agent runtime's name.")
 

@@ -33,6 +33,7 @@ from envelopes.services import StepNotFound
 from . import queries
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .models import Membership
+from .once import once_claim, once_token
 from .services import (
     DecisionRefused,
     api_key_create_by_admin,
@@ -438,27 +439,33 @@ def quarantine_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def api_keys(request: HtmxHttpRequest) -> HttpResponse:
     """The keys of the user's teams: every member sees their prefixes, a team's admins create
     and revoke them. A new key is shown once, in the answer to the POST that made it (never in
-    a URL, a flash message or the session), and that answer is not cached."""
+    a URL, a flash message or the session), and that answer is not cached; posting the same
+    form again (a reload) creates nothing (approvals/once.py)."""
     memberships = queries.memberships_of(request.user)
-    form, created, status = ApiKeyCreateForm(), None, 200
+    form, created, repeated, status = ApiKeyCreateForm(), None, False, 200
     if request.method == "POST":
         form = ApiKeyCreateForm(request.POST)
-        if form.is_valid():
+        if not form.is_valid():
+            status = 400
+        else:
             team = next((m.team for m in memberships if m.team.slug == form.cleaned_data["team"]), None)
             if team is None:
                 raise Http404("No such team.")
-            try:
-                created = api_key_create_by_admin(team=team, actor=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
-            except PermissionError as refused:
-                raise PermissionDenied(str(refused)) from refused
+            if once_claim(user_id=request.user.pk, purpose="api-key", token=form.cleaned_data["once"]):
+                try:
+                    created = api_key_create_by_admin(team=team, actor=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+                except PermissionError as refused:
+                    raise PermissionDenied(str(refused)) from refused
+            else:
+                repeated = True
             form = ApiKeyCreateForm()
-        else:
-            status = 400
     keys = ApiKey.objects.filter(team__in=[m.team for m in memberships]).select_related("team")
     context = {
         "page": Paginator(keys.order_by("team__slug", "-created_at", "-pk"), 100).get_page(request.GET.get("page")),
         "form": form,
+        "once": once_token(),
         "created": created,
+        "repeated": repeated,
         "admin_teams": [m.team for m in memberships if m.can_administer],
         "admin_team_ids": {m.team_id for m in memberships if m.can_administer},
         "multi_team": len(memberships) > 1,

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from django import forms
 
+from approvals.once import OnceForm
 
-class EndpointCreateForm(forms.Form):
+
+class EndpointCreateForm(OnceForm):
     team = forms.SlugField()
     url = forms.URLField(max_length=2000, assume_scheme="https")
+
+
+class EndpointRotateForm(OnceForm):
+    pass
 
 
 class EndpointDisableForm(forms.Form):

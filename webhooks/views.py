@@ -14,10 +14,11 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals.once import once_claim, once_token
 from envelopes.models import Team
 
 from . import ssrf
-from .forms import EndpointCreateForm, EndpointDisableForm
+from .forms import EndpointCreateForm, EndpointDisableForm, EndpointRotateForm
 from .models import OutboxMessage, WebhookEndpoint
 from .services import WebhookError, endpoint_create, endpoint_disable, endpoint_secret_rotate, message_redeliver
 
@@ -43,7 +44,12 @@ def _admin_team_ids(request: HttpRequest) -> set[int]:
 
 
 def _page(
-    request: HttpRequest, *, form: EndpointCreateForm | None = None, secret: NewSecret | None = None, status: int = 200
+    request: HttpRequest,
+    *,
+    form: EndpointCreateForm | None = None,
+    secret: NewSecret | None = None,
+    repeated: bool = False,
+    status: int = 200,
 ) -> HttpResponse:
     teams = _teams(request)
     letters = (
@@ -65,12 +71,13 @@ def _page(
             "admin_teams": [team for team in teams.order_by("slug") if team.pk in admin_team_ids],
             "multi_team": teams.count() > 1,
             "form": form or EndpointCreateForm(),
+            "once": once_token(),
             "secret": secret,
+            "repeated": repeated,
         },
         status=status,
     )
-    if secret is not None:
-        response["Cache-Control"] = "no-store"
+    response["Cache-Control"] = "no-store"  # it may show a secret; and every form has a fresh token
     return response
 
 
@@ -92,6 +99,8 @@ def endpoint_create_view(request: HttpRequest) -> HttpResponse:
         raise Http404("No such team.")
     if team.pk not in _admin_team_ids(request):
         raise PermissionDenied("Only a team admin may register webhook endpoints.")
+    if not once_claim(user_id=request.user.pk, purpose="webhook-endpoint", token=form.cleaned_data["once"]):
+        return _page(request, repeated=True)
     try:
         created = endpoint_create(team=team, url=form.cleaned_data["url"])
     except ssrf.UnsafeTarget as refusal:
@@ -114,6 +123,12 @@ def _admin_endpoint(request: HttpRequest, pk: int) -> WebhookEndpoint:
 def endpoint_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
     """A new signing secret, used from the next try on; shown once, in this answer."""
     endpoint = _admin_endpoint(request, pk)
+    form = EndpointRotateForm(request.POST)
+    if not form.is_valid():
+        return _page(request, status=400)
+    purpose = f"webhook-rotate:{endpoint.pk}"
+    if not once_claim(user_id=request.user.pk, purpose=purpose, token=form.cleaned_data["once"]):
+        return _page(request, repeated=True)
     secret = endpoint_secret_rotate(endpoint=endpoint)
     return _page(request, secret=NewSecret(endpoint, secret, rotated=True))
 
