@@ -22,8 +22,9 @@ def once_token() -> str:
     return uuid.uuid4().hex
 
 
-def once_claim(*, user_id: int, purpose: str, token: uuid.UUID) -> bool:
+def once_claim(*, user_id: int | None, purpose: str, token: uuid.UUID) -> bool:
     """True the first time this user posts this token for this purpose; False afterwards."""
+    assert user_id is not None, "a logged-in user's form"
     return bool(cache.add(f"once:{purpose}:{user_id}:{token.hex}", 1, timeout=ONCE_TTL_S))
 
 

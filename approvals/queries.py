@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
@@ -87,13 +87,13 @@ QUEUE_BY_STATE = {state.value: queue for queue in STEP_QUEUES for state in queue
 # --- who sees what -----------------------------------------------------------------------------
 
 
-def memberships_of(user: AbstractBaseUser | AnonymousUser) -> list[Membership]:
+def memberships_of(user: User | AnonymousUser) -> list[Membership]:
     if not user.is_authenticated:
         return []
     return list(Membership.objects.filter(user=user).select_related("team").order_by("team__slug"))
 
 
-def teams_of(user: AbstractBaseUser | AnonymousUser, *, slug: str = "") -> QuerySet[Team]:
+def teams_of(user: User | AnonymousUser, *, slug: str = "") -> QuerySet[Team]:
     """The user's teams (one of them when `slug` names one of them)."""
     if not user.is_authenticated:
         return Team.objects.none()
@@ -103,7 +103,7 @@ def teams_of(user: AbstractBaseUser | AnonymousUser, *, slug: str = "") -> Query
     return teams
 
 
-def visible_steps(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Step]:
+def visible_steps(user: User | AnonymousUser) -> QuerySet[Step]:
     return Step.objects.filter(team__in=teams_of(user)).select_related("team", "tool", "last_envelope")
 
 
@@ -170,7 +170,7 @@ def _current_approvals() -> Count:
 def step_queue(
     teams: QuerySet[Team], queue: Queue, filters: QueueFilters, now: datetime
 ) -> QueueView:
-    steps = Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states])
+    steps: QuerySet[Step] = Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states])
     steps = _filter_steps(steps, filters, now)
     total = steps.count()
     rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
@@ -366,7 +366,7 @@ class DecisionPanel:
         return len(self.approvers)
 
 
-def decision_panel(step: Step, membership: Membership | None, user: AbstractBaseUser) -> DecisionPanel:
+def decision_panel(step: Step, membership: Membership | None, user: User) -> DecisionPanel:
     allowed = allowed_reviewer_actions(State(step.state))
     approvers: list[str] = []
     you_approved = False

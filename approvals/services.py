@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -34,7 +34,7 @@ class DecisionRefused(Exception):
         self.already_decided = already_decided
 
 
-def reviewer_create(*, username: str, password: str, team: Team, role: str) -> AbstractBaseUser:
+def reviewer_create(*, username: str, password: str, team: Team, role: str) -> User:
     if role not in Membership.Role.values:
         raise ValueError(f"role must be one of {', '.join(Membership.Role.values)}")
     user_model = get_user_model()
@@ -49,7 +49,7 @@ def reviewer_create(*, username: str, password: str, team: Team, role: str) -> A
     return user
 
 
-def membership_for(*, user: AbstractBaseUser, team: Team) -> Membership | None:
+def membership_for(*, user: User, team: Team) -> Membership | None:
     return Membership.objects.filter(user=user, team=team).first()
 
 
@@ -61,7 +61,7 @@ class DecisionResult:
     approvals_so_far: int = 0
 
 
-def _require_reviewer(user: AbstractBaseUser, team: Team) -> None:
+def _require_reviewer(user: User, team: Team) -> None:
     membership = membership_for(user=user, team=team)
     if membership is None or not membership.can_decide:
         raise PermissionError("Only reviewers and admins of this team may decide.")
@@ -72,7 +72,7 @@ def step_decide(
     *,
     team: Team,
     step_id: int,
-    actor: AbstractBaseUser,
+    actor: User,
     action: str,
     reason: str = "",
     expected_state: str | None = None,
@@ -129,7 +129,7 @@ def step_decide(
     return DecisionResult(decision=decision, step=step, transitioned=transitioned, approvals_so_far=approvals_so_far)
 
 
-def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: AbstractBaseUser, reason: str = "") -> Tool:
+def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: User, reason: str = "") -> Tool:
     _require_reviewer(actor, team)
     if tool.team_id != team.pk:
         raise PermissionError("Another team's tool.")
@@ -138,7 +138,7 @@ def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: AbstractBaseUser, 
     )
 
 
-def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: AbstractBaseUser, reason: str) -> int:
+def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) -> int:
     """One decision for a service-wide incident: cancel every held step of the tool.
 
     Each step gets its own decision, transition and audit link, in its own transaction, so
@@ -170,13 +170,13 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: AbstractBaseUser, r
 # --- a team's API keys (team admins) -------------------------------------------------------------
 
 
-def _require_admin(user: AbstractBaseUser, team: Team) -> None:
+def _require_admin(user: User, team: Team) -> None:
     membership = membership_for(user=user, team=team)
     if membership is None or not membership.can_administer:
         raise PermissionError("Only admins of this team may manage its API keys.")
 
 
-def api_key_create_by_admin(*, team: Team, actor: AbstractBaseUser, name: str) -> NewApiKey:
+def api_key_create_by_admin(*, team: Team, actor: User, name: str) -> NewApiKey:
     """A new key for the team; the raw key is in the answer only (stored hashed)."""
     _require_admin(actor, team)
     created = api_key_create(team=team, name=name)
@@ -184,7 +184,7 @@ def api_key_create_by_admin(*, team: Team, actor: AbstractBaseUser, name: str) -
     return created
 
 
-def api_key_revoke_by_admin(*, team: Team, key_id: int, actor: AbstractBaseUser) -> bool:
+def api_key_revoke_by_admin(*, team: Team, key_id: int, actor: User) -> bool:
     """Revoke one of the team's keys; False when it was already revoked."""
     _require_admin(actor, team)
     revoked = api_keys_revoke(ApiKey.objects.filter(team=team, pk=key_id)) == 1

@@ -59,7 +59,7 @@ class ToolAdminForm(forms.ModelForm):
         ]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if not self.errors:
             for name, value in data.items():
                 setattr(self.instance, name, value)
@@ -81,9 +81,7 @@ class ToolAdmin(admin.ModelAdmin):
     list_select_related = ["team"]
     search_fields = ["name"]
     readonly_fields = ["team", "name", "halted_until", "halted_reason", "halted_at", "created_at"]
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return ["team", "name", *ToolAdminForm.Meta.fields, "halted_until", "halted_reason", "halted_at", "created_at"]
+    fields = ["team", "name", *ToolAdminForm.Meta.fields, "halted_until", "halted_reason", "halted_at", "created_at"]
 
     def save_model(self, request: HttpRequest, obj: Tool, form: forms.ModelForm, change: bool) -> None:
         # Only the settings: the circuit and the audit chain head move under the app's own

@@ -19,7 +19,7 @@ from approvals.models import Decision
 from . import openapi, schema, services
 from .idempotency import Replay, body_fingerprint, idempotency_claim, idempotency_release, idempotency_store
 from .lifecycle import State
-from .models import ErrorCode, SkippedResource, Step, Tool
+from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
 from .presenters import rfc3339, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
@@ -57,7 +57,8 @@ class PrintableCharField(serializers.CharField):
         return value
 
 
-def _team(request: Request):  # type: ignore[no-untyped-def]
+def _team(request: Request) -> Team:
+    assert isinstance(request.auth, ApiKey)  # HasTeamKey let the request in
     return request.auth.team
 
 
@@ -256,7 +257,7 @@ class StepListApi(APIView):
         if "run_id" in filters:
             steps = steps.filter(run_id=filters["run_id"])
         paginator = StepCursor()
-        page = paginator.paginate_queryset(steps, request, view=self)
+        page: list[Step] | None = paginator.paginate_queryset(steps, request, view=self)
         return paginator.get_paginated_response([step_representation(step) for step in page or []])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 
 class State(enum.StrEnum):
@@ -252,7 +253,7 @@ def directive(snapshot: Snapshot, *, reason: str = "", not_before: datetime | No
 
 def _enter(before: Snapshot, state: State, reason: str, **changes) -> Snapshot:
     """The snapshot after entering `state`: timers of the old state are cleared."""
-    base = {
+    base: dict[str, Any] = {
         "not_before": None,
         "trusted_after": None,
         "deadline": None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import exceptions, parsers
@@ -34,7 +35,7 @@ class EnvelopeJSONParser(parsers.BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         body = read_limited(stream)
         request = (parser_context or {}).get("request")
         if request is not None:

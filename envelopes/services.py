@@ -115,7 +115,7 @@ def envelope_quarantine(
                 )
             except ToolMismatch:
                 applied = None
-            if applied is not None:
+            if applied is not None and applied.step is not None:
                 step = applied.step
                 if applied.outcome.changed:
                     step_save(step, now)
@@ -174,17 +174,17 @@ def envelope_ingest(
     flags = set(parsed.flags)
     documented = True
     if not parsed.ok:
-        documented = code_is_documented(tool=tool, code=parsed.code)
+        documented = code_is_documented(tool=tool, code=parsed.code or "")
         if not documented:
             if tool.strict_codes:
-                rejected = schema.EnvelopeRejected(
+                undocumented = schema.EnvelopeRejected(
                     code="undocumented_code",
                     errors=(schema.FieldError("code", "documented"),),
                     tool=parsed.tool,
                     operation_ref=parsed.operation_ref,
                     detail=f"{parsed.code} is not in the catalog of {tool.name}, which refuses undocumented codes.",
                 )
-                raise _rejected(team, rejected, raw_body, now)
+                raise _rejected(team, undocumented, raw_body, now)
             flags.add("undocumented_code")
 
     correlation_id = parsed.correlation_id or str(uuid.uuid4())
@@ -249,6 +249,7 @@ def _envelope_store(
         run_id=parsed.run_id or "",
     )
     step = applied.step
+    assert step is not None  # only an attempt is ever refused before its step exists (lifecycle)
     envelope = Envelope.objects.create(
         team=team,
         tool=tool,

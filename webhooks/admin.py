@@ -73,8 +73,7 @@ class DeliveryTryInline(admin.TabularInline):
     model = DeliveryTry
     extra = 0
     can_delete = False
-    fields = ["number", "tried_at", "status_code", "latency_ms", "error", "next_try_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("number", "tried_at", "status_code", "latency_ms", "error", "next_try_at")
     ordering = ["number"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -8,6 +8,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from envelopes.models import Team
+
 from . import ssrf
 from .models import OutboxMessage, WebhookEndpoint
 from .signing import secret_generate
@@ -23,7 +25,7 @@ class NewEndpoint:
     secret: str  # shown once, to be given to the receiver
 
 
-def endpoint_create(*, team: object, url: str) -> NewEndpoint:
+def endpoint_create(*, team: Team, url: str) -> NewEndpoint:
     """Register an endpoint for a team, with a new signing secret.
 
     Raises ssrf.UnsafeTarget for a URL webhooks may not go to (checked with DNS now, and

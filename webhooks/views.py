@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.once import once_claim, once_token
+from approvals.queries import teams_of
 from envelopes.models import Team
 
 from . import ssrf
@@ -35,8 +36,8 @@ class NewSecret:
     rotated: bool
 
 
-def _teams(request: HttpRequest):  # type: ignore[no-untyped-def]
-    return Team.objects.filter(memberships__user=request.user)
+def _teams(request: HttpRequest) -> QuerySet[Team]:
+    return teams_of(request.user)
 
 
 def _admin_team_ids(request: HttpRequest) -> set[int]:
