@@ -1,7 +1,7 @@
 # Thin wrappers around the scripts; the scripts are the real commands.
 #   make run                    # scripts/run: web server + worker + demo data
-#   make test ARGS="-k approve"  # scripts/test: ruff, then pytest (ARGS go to pytest)
-#   make lint                   # ruff alone
+#   make test ARGS="-k approve"  # scripts/test: ruff and mypy, then pytest (ARGS go to pytest)
+#   make lint                   # ruff and mypy alone
 #   make bench                  # bench/run
 
 ARGS ?=

@@ -57,7 +57,7 @@ class PrintableCharField(serializers.CharField):
         return value
 
 
-def _team(request: Request) -> Team:
+def request_team(request: Request) -> Team:
     assert isinstance(request.auth, ApiKey)  # HasTeamKey let the request in
     return request.auth.team
 
@@ -66,7 +66,7 @@ def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return work()
-    claim = idempotency_claim(team=_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
+    claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
     if isinstance(claim, Replay):
         content_type = CONTENT_TYPE if claim.status >= 400 else None
         response = Response(claim.body, status=claim.status, headers=claim.headers, content_type=content_type)
@@ -109,7 +109,9 @@ class EnvelopeIngestApi(APIView):
         raw_body = getattr(request, "_raw_body", b"")
 
         def work() -> Response:
-            answer = services.envelope_ingest(team=_team(request), payload=payload, dialect=dialect, raw_body=raw_body)
+            answer = services.envelope_ingest(
+                team=request_team(request), payload=payload, dialect=dialect, raw_body=raw_body
+            )
             return Response(answer.as_dict(), status=201)
 
         return _idempotent(request, "envelopes", body_fingerprint(dialect, raw_body), work)
@@ -137,7 +139,7 @@ class AttemptRequestApi(APIView):
         def work() -> Response:
             data = _valid(AttemptRequestInput, payload)
             grant = services.attempt_request(
-                team=_team(request),
+                team=request_team(request),
                 operation_ref=_valid_ref(ref),
                 tool_name=data["tool"],
                 fingerprint=data["input_fingerprint"].lower(),
@@ -172,7 +174,7 @@ class VerificationReportApi(APIView):
     def post(self, request: Request, ref: str) -> Response:
         data = _valid(VerificationReportInput, request.data)
         answer = services.verification_report(
-            team=_team(request),
+            team=request_team(request),
             operation_ref=_valid_ref(ref),
             outcome=data["outcome"],
             checked_at=data["checked_at"],
@@ -199,7 +201,7 @@ def _valid_ref(ref: str) -> str:
 
 def _steps(request: Request):  # type: ignore[no-untyped-def]
     return (
-        Step.objects.for_team(_team(request))
+        Step.objects.for_team(request_team(request))
         .select_related("tool", "last_envelope")
         .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
     )
@@ -264,7 +266,7 @@ class StepListApi(APIView):
 def _tool(request: Request, name: str) -> Tool:
     tool = None
     if re.fullmatch(schema.TOOL_PATTERN, name):
-        tool = Tool.objects.for_team(_team(request)).filter(name=name).first()
+        tool = Tool.objects.for_team(request_team(request)).filter(name=name).first()
     if tool is None:
         raise services.ToolNotFound(f"No tool {name!r} in this team.")
     return tool
@@ -310,9 +312,9 @@ class RunSkippedApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         if not 1 <= len(run_id) <= 200 or not run_id.isprintable():
             raise services.HoldpointError("A run_id is 1..200 printable characters.")
-        skipped = SkippedResource.objects.filter(team=_team(request), run_id=run_id).order_by("occurred_at", "id")[
-            :1000
-        ]
+        skipped = SkippedResource.objects.filter(team=request_team(request), run_id=run_id).order_by(
+            "occurred_at", "id"
+        )[:1000]
         return Response(
             {
                 "run_id": run_id,

@@ -12,7 +12,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from envelopes.models import ErrorCode
+from envelopes.models import ErrorCode, Tool
+
+
+class TeamToolChoiceField(forms.ModelChoiceField):
+    """Two teams may each have a tool of the same name: label them by team."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.team.slug} / {obj.name}"
 
 
 class ErrorCodeAdminForm(forms.ModelForm):
@@ -25,17 +32,17 @@ class ErrorCodeAdminForm(forms.ModelForm):
             "tool": "Leave empty for a team-wide entry (every tool of the team).",
             "code": "UPPER_SNAKE_CASE, as agents send it.",
         }
+        field_classes = {"tool": TeamToolChoiceField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if "tool" in self.fields:
-            # Two teams may each have a tool of the same name: label them by team.
             field = self.fields["tool"]
-            field.queryset = field.queryset.select_related("team").order_by("team__slug", "name")
-            field.label_from_instance = lambda tool: f"{tool.team.slug} / {tool.name}"
+            assert isinstance(field, forms.ModelChoiceField)
+            field.queryset = Tool.objects.select_related("team").order_by("team__slug", "name")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         team, tool = data.get("team"), data.get("tool")
         if team is not None and tool is not None and tool.team_id != team.pk:
             self.add_error("tool", f"{tool.name} is not a tool of team {team.slug}.")
@@ -53,4 +60,4 @@ class ErrorCodeAdmin(admin.ModelAdmin):
 
     @admin.display(description="For", ordering="tool__name")
     def scope(self, entry: ErrorCode) -> str:
-        return entry.tool.name if entry.tool_id else "team-wide"
+        return entry.tool.name if entry.tool is not None else "team-wide"

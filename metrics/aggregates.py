@@ -23,6 +23,7 @@ Definitions (contract §6), over rows whose time falls in [start, end):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -160,7 +161,7 @@ class HourCounts:
 
     @classmethod
     def from_row(cls, row: Rollup) -> HourCounts:
-        stored = {
+        stored: dict[str, list[float | None]] | None = {
             "recovery": [row.recovery_p50, row.recovery_p95],
             "approval_latency": [row.approval_latency_p50, row.approval_latency_p95],
         }
@@ -213,8 +214,8 @@ def aggregate_live(tool_ids: list[int], start: datetime, end: datetime) -> dict[
         .annotate(n=Count("id"))
         .order_by()
     )
-    for group in envelope_groups:
-        _count_envelopes(counts(group["tool_id"], group["hour"]), group)
+    for envelope_group in envelope_groups:
+        _count_envelopes(counts(envelope_group["tool_id"], envelope_group["hour"]), envelope_group)
 
     audit_groups = (
         AuditEvent.objects.filter(
@@ -228,13 +229,13 @@ def aggregate_live(tool_ids: list[int], start: datetime, end: datetime) -> dict[
         .annotate(n=Count("id"), prevented=Count("id", filter=Q(data__duplicate_prevented=True)))
         .order_by()
     )
-    for group in audit_groups:
-        _count_audit(counts(group["tool_id"], group["hour"]), group)
+    for audit_group in audit_groups:
+        _count_audit(counts(audit_group["tool_id"], audit_group["hour"]), audit_group)
     count_active_steps(tool_ids, start, end, counts)
     return result
 
 
-def _count_envelopes(counts: HourCounts, group: dict[str, Any]) -> None:
+def _count_envelopes(counts: HourCounts, group: Mapping[str, Any]) -> None:
     n = group["n"]
     flags = group["flags"] or []
     counts.envelopes += n
@@ -254,7 +255,7 @@ def _count_envelopes(counts: HourCounts, group: dict[str, Any]) -> None:
         )
 
 
-def _count_audit(counts: HourCounts, group: dict[str, Any]) -> None:
+def _count_audit(counts: HourCounts, group: Mapping[str, Any]) -> None:
     n, before, after, reason = group["n"], group["before"], group["after"], group["reason"]
     if group["kind"] == AuditEvent.Kind.REFUSAL:
         counts.refusals += n

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from envelopes import openapi
-from envelopes.api import StrictSerializer
+from envelopes.api import StrictSerializer, request_team
 from envelopes.models import TOOL_NAME_RE, Tool
 from envelopes.services import ToolNotFound
 
@@ -146,7 +146,7 @@ class ToolMetricsApi(APIView):
     def get(self, request: Request, tool: str) -> Response:
         found = None
         if re.fullmatch(TOOL_NAME_RE, tool):
-            found = Tool.objects.for_team(request.auth.team).filter(name=tool).first()
+            found = Tool.objects.for_team(request_team(request)).filter(name=tool).first()
         if found is None:
             raise ToolNotFound(f"No tool {tool!r} in this team.")
         window = MetricsWindowInput(data=request.query_params.dict())

@@ -46,8 +46,8 @@ def window_hours(
         hours = [(first_full, last_full)]
         first_day, last_day = ceil_day(first_full), floor_day(last_full)
         if days and first_day < last_day:
-            for row in ToolDay.objects.filter(tool_id__in=tool_ids, day__gte=first_day, day__lt=last_day):
-                result[(row.tool_id, row.day)] = HourCounts.from_row(row)
+            for day_row in ToolDay.objects.filter(tool_id__in=tool_ids, day__gte=first_day, day__lt=last_day):
+                result[(day_row.tool_id, day_row.day)] = HourCounts.from_row(day_row)
             hours = [(first_full, first_day), (last_day, last_full)]
         for start, end in hours:
             if start < end:

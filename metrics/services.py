@@ -11,7 +11,9 @@ with an explicit `now=`) is only counted once that hour is rolled again:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Sum
@@ -124,7 +126,7 @@ def _refresh_totals(tool_ids: set[int], through: datetime, now: datetime) -> Non
         .order_by()
     }
     for tool_id, tool in tools.items():
-        row = sums.get(tool_id, {})
+        row: Mapping[str, Any] = sums.get(tool_id, {})
         ToolTotal.objects.update_or_create(
             tool=tool,
             defaults={

@@ -178,7 +178,7 @@ def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     form = ErrorCodeForm(request.POST, prefix=prefix)
     back = tool_page_url(found, request.POST.get("window", ""), "#catalog")
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+        problems = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
         messages.error(request, f"The code was not saved: {problems}")
         return HttpResponseRedirect(back, status=303)
     data = form.cleaned_data
