@@ -348,7 +348,7 @@ def build(envelopes: int, days: int, seed: int) -> None:
     tools: list[tuple[Tool, float]] = []
     for slug, shares in TOOLS.items():
         for name, share in shares.items():
-            tool = tool_configure(team=teams[slug], name=name, settings={"approval_ttl_s": 3600})
+            tool = tool_configure(team=teams[slug], name=name, settings={"approval_ttl_s": 3600}, actor="bench")
             tools.append((tool, share))
             for code, (category, next_action, documented) in CODES.items():
                 if documented:

@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .configuration import api_keys_revoke, tool_settings_problems
+from .configuration import api_keys_revoke, tool_configure, tool_settings_problems
 from .models import ApiKey, Team, Tool
 
 
@@ -84,9 +84,15 @@ class ToolAdmin(admin.ModelAdmin):
     fields = ["team", "name", *ToolAdminForm.Meta.fields, "halted_until", "halted_reason", "halted_at", "created_at"]
 
     def save_model(self, request: HttpRequest, obj: Tool, form: forms.ModelForm, change: bool) -> None:
-        # Only the settings: the circuit and the audit chain head move under the app's own
-        # writes meanwhile, and a whole-row save would put back what the form loaded.
-        obj.save(update_fields=ToolAdminForm.Meta.fields)
+        # Through the service, which locks the row and writes the settings alone (the circuit
+        # and the audit chain head move under the app's own writes meanwhile: a whole-row save
+        # of what the form loaded would put them back), and audits who changed what.
+        tool_configure(
+            team=obj.team,
+            name=obj.name,
+            settings={name: form.cleaned_data[name] for name in ToolAdminForm.Meta.fields},
+            actor=f"admin:{request.user.get_username()}",
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tools register on first use, or with `manage.py configuretool`

@@ -11,7 +11,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .models import ApiKey, ErrorCode, Team, Tool
+from .audit import audit_append
+from .models import ApiKey, AuditEvent, ErrorCode, Team, Tool
 from .services import tool_get_or_register
 
 TOOL_SETTINGS = {
@@ -78,17 +79,30 @@ def parse_setting(name: str, raw: str) -> Any:
 
 
 @transaction.atomic
-def tool_configure(*, team: Team, name: str, settings: dict[str, Any]) -> Tool:
-    """Create or change a tool's settings; refuses values that break a rule."""
+def tool_configure(*, team: Team, name: str, settings: dict[str, Any], actor: str) -> Tool:
+    """Create or change a tool's settings; refuses values that break a rule. A change is a
+    link of the tool's audit chain naming the actor and each setting's old and new value (a
+    tool whose approvals went from 2 to 1 says who did it)."""
     tool = tool_get_or_register(team=team, name=name)
     tool = Tool.objects.select_for_update().get(pk=tool.pk)
+    changes = {}
     for key, value in settings.items():
         if key not in TOOL_SETTINGS:
             raise ConfigurationError(f"unknown setting {key!r}")
+        if getattr(tool, key) != value:
+            changes[key] = [getattr(tool, key), value]
         setattr(tool, key, value)
     problems = tool_settings_problems(tool)
     if problems:
         raise ConfigurationError("; ".join(problems))
+    if changes:
+        audit_append(
+            holder=tool,
+            kind=AuditEvent.Kind.SETTINGS,
+            actor=actor,
+            reason="settings_changed",
+            data={"changes": changes},
+        )
     tool.save()
     return tool
 

@@ -396,6 +396,7 @@ class AuditEvent(models.Model):
         REFUSAL = "refusal"
         DECISION = "decision"
         CIRCUIT = "circuit"
+        SETTINGS = "settings"  # a tool's recovery settings changed: who, and from what to what
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     chain = models.CharField(max_length=40)  # "step:<id>" or "tool:<id>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
-from envelopes.models import CODE_RE, ErrorCode
+from envelopes.models import CODE_RE, ErrorCode, Tool
 
 from .queries import UndocumentedCode
 
@@ -54,3 +54,31 @@ def initial_for_entry(entry: ErrorCode) -> dict[str, str]:
         "scope": "tool" if entry.tool_id else "team",
         **{name: getattr(entry, name) for name in ErrorCodeForm.FIELDS},
     }
+
+
+class ToolSettingsForm(forms.Form):
+    """A tool's recovery settings (contract §1), as a team admin changes them on the tool page.
+    The rules between them (a deadline not below the window, ...) are the service's."""
+
+    side_effects = forms.BooleanField(required=False, label="Writes (side effects)")
+    required_approvals = forms.TypedChoiceField(
+        choices=[(1, "1"), (2, "2 (four eyes)")], coerce=int, label="Approvals required"
+    )
+    max_attempts = forms.IntegerField(min_value=1, max_value=1000, label="Attempts at most")
+    consistency_window_s = forms.IntegerField(min_value=0, max_value=7 * 86400, label="Consistency window (s)")
+    verification_deadline_s = forms.IntegerField(min_value=0, max_value=30 * 86400, label="Verification deadline (s)")
+    approval_ttl_s = forms.IntegerField(min_value=1, max_value=30 * 86400, label="Approval expires after (s)")
+    halt_cooldown_s = forms.IntegerField(min_value=0, max_value=7 * 86400, label="Halt cooldown (s)")
+    safe_detail_keys = forms.CharField(
+        required=False, max_length=2000, label="Extra safe_details keys", help_text="Comma-separated identifiers."
+    )
+    strict_codes = forms.BooleanField(required=False, label="Refuse undocumented codes")
+
+    def clean_safe_detail_keys(self) -> list[str]:
+        return [key.strip() for key in self.cleaned_data["safe_detail_keys"].split(",") if key.strip()]
+
+    @classmethod
+    def for_tool(cls, tool: Tool) -> ToolSettingsForm:
+        initial = {name: getattr(tool, name) for name in cls.base_fields}
+        initial["safe_detail_keys"] = ", ".join(tool.safe_detail_keys)
+        return cls(initial=initial)

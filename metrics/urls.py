@@ -10,4 +10,5 @@ urlpatterns = [
     path("overview/", views.overview_page, name="metrics-overview"),
     path("tools/<str:tool>/", views.tool_page, name="metrics-tool"),
     path("tools/<str:tool>/codes", views.code_save, name="metrics-code-save"),
+    path("tools/<str:tool>/settings", views.tool_settings_save, name="metrics-tool-settings"),
 ]

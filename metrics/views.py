@@ -24,13 +24,13 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import queries as dashboard
 from approvals.models import Membership
 from approvals.views import HtmxHttpRequest, dashboard_login_required
-from envelopes.configuration import ConfigurationError, error_code_upsert
+from envelopes.configuration import ConfigurationError, error_code_upsert, tool_configure
 from envelopes.models import TOOL_NAME_RE, ErrorCode, Tool
 
 from . import prometheus
 from .activity import attempts_per_step
 from .aggregates import HourCounts
-from .forms import ErrorCodeForm, initial_for_entry, initial_for_undocumented
+from .forms import ErrorCodeForm, ToolSettingsForm, initial_for_entry, initial_for_undocumented
 from .panels import DEFAULT_WINDOW_KEY, WINDOWS, tool_charts
 from .queries import (
     DOCUMENTED_SHARE_TARGET,
@@ -121,6 +121,7 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "held": held_now([found]).get(found.pk),
         "halted": found.is_halted(now),
         "settings_rows": [(label, _setting(getattr(found, name))) for name, label in SETTINGS_SHOWN],
+        "settings_form": ToolSettingsForm.for_tool(found) if membership.can_administer else None,
         "page_url": tool_page_url(found, window.key),
         **_codes_context(
             found, series.total, membership.can_administer, request.GET.get("edit", ""), "add" in request.GET
@@ -194,6 +195,33 @@ def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         return HttpResponseRedirect(back, status=303)
     where = "for this tool" if entry.tool_id else "for every tool of the team"
     messages.success(request, f"{entry.code} is documented {where}.")
+    return HttpResponseRedirect(back, status=303)
+
+
+@require_POST
+@dashboard_login_required
+def tool_settings_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    """Change a tool's recovery settings (admins of the tool's team); audited with who did it."""
+    team_slug = request.POST.get("team", "")
+    if not team_slug:
+        raise Http404("Name the tool's team.")
+    found = _member_tools(request, tool, team_slug)[0]
+    if not _membership(request, found).can_administer:
+        raise PermissionDenied("Only admins of this team change a tool's settings.")
+    back = tool_page_url(found, request.POST.get("window", ""), "#settings")
+    form = ToolSettingsForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"The settings were not saved: {problems}")
+        return HttpResponseRedirect(back, status=303)
+    try:
+        tool_configure(
+            team=found.team, name=found.name, settings=form.cleaned_data, actor=request.user.get_username()
+        )
+    except ConfigurationError as error:
+        messages.error(request, f"The settings were not saved: {error}")
+        return HttpResponseRedirect(back, status=303)
+    messages.success(request, f"Settings of {found.name} saved.")
     return HttpResponseRedirect(back, status=303)
 
 

@@ -110,7 +110,7 @@ def verifying(agent: AgentClient) -> Step:
 
 @pytest.fixture
 def four_eyes_tool(team: Team) -> None:
-    tool_configure(team=team, name="charge_card", settings={"required_approvals": 2})
+    tool_configure(team=team, name="charge_card", settings={"required_approvals": 2}, actor="test")
 
 
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -124,7 +124,7 @@ def log_in(page: Page, username: str) -> None:
 @pytest.fixture
 def seeded(agent: AgentClient, team: Team) -> dict[str, Step]:
     """A team with something in every queue, as a reviewer meets it on a busy morning."""
-    tool_configure(team=team, name="wire_transfer", settings={"required_approvals": 2})
+    tool_configure(team=team, name="wire_transfer", settings={"required_approvals": 2}, actor="test")
     bodies: list[tuple[str, int, dict[str, Any]]] = [
         (
             "escalated",

@@ -10,7 +10,7 @@ from django.test import Client
 
 from envelopes.admin import ToolAdminForm
 from envelopes.configuration import api_key_create
-from envelopes.models import ApiKey, Team, Tool
+from envelopes.models import ApiKey, AuditEvent, Team, Tool
 from tests.conftest import AgentClient, error_envelope
 
 pytestmark = pytest.mark.django_db
@@ -109,4 +109,13 @@ def test_saving_a_tool_in_the_admin_keeps_its_circuit_and_audit_head(
     assert response.status_code == 302
     saved = Tool.objects.get(pk=tool.pk)
     assert (saved.max_attempts, saved.strict_codes, saved.safe_detail_keys) == (5, True, ["field"])
-    assert (saved.halted_reason, saved.audit_seq, saved.audit_head) == ("SMTP_DOWN", 1, "a" * 64)
+    assert saved.halted_reason == "SMTP_DOWN"
+    # The change is the next link of the chain the app had moved on meanwhile, naming who made it.
+    link = AuditEvent.objects.get(chain=f"tool:{tool.pk}", kind=AuditEvent.Kind.SETTINGS)
+    assert (link.seq, link.prev_hash, link.actor) == (2, "a" * 64, "admin:admin")
+    assert link.data["changes"] == {
+        "max_attempts": [3, 5],
+        "safe_detail_keys": [[], ["field"]],
+        "strict_codes": [False, True],
+    }
+    assert (saved.audit_seq, saved.audit_head) == (2, link.hash)

@@ -146,7 +146,7 @@ def test_safe_details_outside_the_allowlist_are_dropped_and_listed(agent, team) 
 def test_a_tools_safe_detail_keys_extend_the_allowlist(agent, team) -> None:
     from envelopes.configuration import tool_configure
 
-    tool_configure(team=team, name="send_email", settings={"safe_detail_keys": ["invoice_id"]})
+    tool_configure(team=team, name="send_email", settings={"safe_detail_keys": ["invoice_id"]}, actor="test")
     answer = agent.envelope(error_envelope(safe_details={"invoice_id": "i1"})).json()
     assert answer["dropped_detail_keys"] == []
 

@@ -46,6 +46,7 @@ def test_a_real_worker_fires_each_kind_of_timer(team) -> None:
         team=team,
         name="create_invoice",
         settings={"consistency_window_s": 0, "verification_deadline_s": 1, "approval_ttl_s": 1},
+        actor="test",
     )
     ingest(team, rate_limited("wait", timezone.now() + timedelta(seconds=1)))
     ingest(team, unknown_outcome(tool="create_invoice", operation_ref="verify"))

@@ -134,7 +134,7 @@ def scenario(django_db_setup, django_db_blocker) -> Iterator[Team]:  # type: ign
 
 
 def build_scenario(team: Team, other_team: Team, reviewer: Any) -> None:
-    tool_configure(team=team, name=TOOL, settings={"approval_ttl_s": 550})
+    tool_configure(team=team, name=TOOL, settings={"approval_ttl_s": 550}, actor="test")
     document(team, TOOL, "INVALID_RECIPIENT_ADDRESS", "validation", "correct_input")
     document(team, TOOL, "MISSING_APPROVAL", "authorization", "request_approval")
     document(team, TOOL, "LEDGER_UNREACHABLE", "internal", "escalate")

@@ -49,7 +49,7 @@ def entry(team: Team, tool: Any, **fields: Any) -> dict[str, Any]:
 
 
 def test_an_entry_added_in_the_admin_documents_the_code_for_ingest(admin, agent, team) -> None:  # type: ignore[no-untyped-def]
-    tool = tool_configure(team=team, name="send_email", settings={"strict_codes": True})
+    tool = tool_configure(team=team, name="send_email", settings={"strict_codes": True}, actor="test")
     assert agent.envelope(error_envelope()).status_code == 422  # not documented yet
     response = admin.post(ADD, entry(team, tool))
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -63,7 +63,7 @@ def test_an_entry_added_in_the_admin_documents_the_code_for_ingest(admin, agent,
 
 
 def test_the_admin_lists_team_wide_and_per_tool_entries_and_changes_one(admin, team) -> None:  # type: ignore[no-untyped-def]
-    tool = tool_configure(team=team, name="send_email", settings={})
+    tool = tool_configure(team=team, name="send_email", settings={}, actor="test")
     fields = {"category": "rate_limit", "retry_class": "transient", "next_action": "wait_and_retry"}
     wide = error_code_upsert(team=team, tool_name="*", code="RATE_LIMITED", fields=fields)
     error_code_upsert(team=team, tool_name="send_email", code="MAILBOX_FULL", fields=fields)
@@ -86,7 +86,7 @@ def test_the_admin_lists_team_wide_and_per_tool_entries_and_changes_one(admin, t
     ],
 )
 def test_the_admin_refuses_an_invalid_entry(admin, team, fields, message) -> None:  # type: ignore[no-untyped-def]
-    tool = tool_configure(team=team, name="send_email", settings={})
+    tool = tool_configure(team=team, name="send_email", settings={}, actor="test")
     response = admin.post(ADD, entry(team, tool, **fields))
     assert response.status_code == 200
     assert message in response.content.decode()
@@ -94,7 +94,7 @@ def test_the_admin_refuses_an_invalid_entry(admin, team, fields, message) -> Non
 
 
 def test_the_admin_refuses_another_teams_tool_and_a_second_entry_for_a_code(admin, team, other_team) -> None:  # type: ignore[no-untyped-def]
-    theirs = tool_configure(team=other_team, name="billing", settings={})
+    theirs = tool_configure(team=other_team, name="billing", settings={}, actor="test")
     response = admin.post(ADD, entry(team, theirs))
     assert response.status_code == 200
     assert "billing is not a tool of team acme" in response.content.decode()

@@ -57,7 +57,7 @@ def test_the_catalog_needs_a_key(client, team) -> None:
 
 
 def test_a_strict_tool_refuses_an_undocumented_code_and_quarantines_it(agent, team) -> None:
-    tool_configure(team=team, name="send_email", settings={"strict_codes": True})
+    tool_configure(team=team, name="send_email", settings={"strict_codes": True}, actor="test")
     response = agent.envelope(error_envelope(code="NEVER_DOCUMENTED"))
     assert response.status_code == 422
     assert response["Content-Type"].startswith(PROBLEM)
@@ -69,7 +69,7 @@ def test_a_strict_tool_refuses_an_undocumented_code_and_quarantines_it(agent, te
 
 
 def test_a_strict_tool_accepts_a_code_documented_for_it_or_team_wide(agent, team) -> None:
-    tool_configure(team=team, name="send_email", settings={"strict_codes": True})
+    tool_configure(team=team, name="send_email", settings={"strict_codes": True}, actor="test")
     document(team, "send_email", "INVALID_RECIPIENT_ADDRESS")
     document(team, "*", "MAILBOX_FULL")
     assert agent.envelope(error_envelope()).status_code == 201

@@ -53,10 +53,13 @@ class Command(BaseCommand):
     def _load(self, team: Team, reviewer: Any, second: Any) -> None:
         now = timezone.now()
         tool_configure(
-            team=team, name="create_invoice", settings={"required_approvals": 2, "safe_detail_keys": ["invoice_id"]}
+            team=team,
+            name="create_invoice",
+            settings={"required_approvals": 2, "safe_detail_keys": ["invoice_id"]},
+            actor="demo",
         )
-        tool_configure(team=team, name="send_email", settings={"max_attempts": 3})
-        tool_configure(team=team, name="enrich_contact", settings={"side_effects": False})
+        tool_configure(team=team, name="send_email", settings={"max_attempts": 3}, actor="demo")
+        tool_configure(team=team, name="enrich_contact", settings={"side_effects": False}, actor="demo")
         for tool, code, fields in [
             (
                 "send_email",

@@ -23,7 +23,7 @@ class Command(BaseCommand):
                 if not sep:
                     raise ConfigurationError(f"{pair!r} is not KEY=VALUE")
                 values[key] = parse_setting(key, raw)
-            configured = tool_configure(team=found, name=tool, settings=values)
+            configured = tool_configure(team=found, name=tool, settings=values, actor="manage.py configuretool")
         except ConfigurationError as error:
             raise CommandError(str(error)) from error
         self.stdout.write(f"Configured {configured.name} for team {found.slug}")
