@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from envelopes.models import ApiKey
+from envelopes.configuration import tool_configure
+from envelopes.models import ApiKey, Team, Tool
 from tests.browser.conftest import Watched, log_in
 from tests.conftest import AgentClient
 
@@ -49,3 +50,21 @@ def test_the_admin_pages_fit_a_phone(open_page: OpenPage, make_reviewer: Any) ->
     for path in ("/keys/", "/webhooks/"):
         page.goto(path)
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
+
+
+def test_an_admin_changes_a_tools_settings_on_its_page(open_page: OpenPage, make_reviewer: Any, team: Team) -> None:
+    tool_configure(team=team, name="send_email", settings={}, actor="test")
+    make_reviewer("ada", "admin")
+    page = open_page().page
+    log_in(page, "ada")
+    page.goto("/tools/send_email/")
+
+    settings = page.locator("#settings")
+    settings.get_by_label("Attempts at most").fill("5")
+    settings.get_by_label("Approvals required").select_option("2")
+    settings.get_by_role("button", name="Save settings").click()
+
+    expect(page.locator(".flash")).to_contain_text("Settings of send_email saved.")
+    expect(settings.get_by_label("Attempts at most")).to_have_value("5")
+    saved = Tool.objects.get(team=team, name="send_email")
+    assert (saved.max_attempts, saved.required_approvals) == (5, 2)
