@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.test import Client
 from rest_framework.test import APIClient
 
 from approvals.services import reviewer_create
@@ -19,8 +20,13 @@ PASSWORD = "correct-horse-battery"
 
 @pytest.fixture(autouse=True)
 def _plain_http(settings) -> None:  # type: ignore[no-untyped-def]
-    """The test client speaks plain HTTP; production redirects to HTTPS."""
+    """The test client and the live server speak plain HTTP; without DEBUG the settings default
+    to HTTPS only (a redirect, secure-only cookies)."""
     settings.SECURE_SSL_REDIRECT = False
+    settings.SESSION_COOKIE_SECURE = False
+    settings.CSRF_COOKIE_SECURE = False
+    # Reviewers are created for nearly every dashboard test; a slow hash only slows the suite.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -73,6 +79,13 @@ class AgentClient:
         from urllib.parse import quote
 
         return self.get(f"/api/v1/steps/{quote(ref, safe='')}", **kwargs)
+
+
+def logged_in(user: Any) -> Client:
+    """A dashboard client with `user` logged in."""
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture

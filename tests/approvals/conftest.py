@@ -12,17 +12,7 @@ from django.utils import timezone
 
 from envelopes.configuration import tool_configure
 from envelopes.models import Step, Team
-from tests.conftest import AgentClient, error_envelope, unknown_outcome
-
-
-@pytest.fixture(autouse=True)
-def _dashboard_settings(settings: Any) -> None:
-    """The test client speaks http: without DEBUG the settings default to HTTPS-only."""
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
-    # Reviewers are created for nearly every test; a slow hash only slows the suite.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+from tests.conftest import AgentClient, error_envelope, logged_in, unknown_outcome
 
 
 def approval_envelope(**overrides: Any) -> dict[str, Any]:
@@ -83,12 +73,6 @@ def viewer(make_reviewer: Callable[..., Any]) -> Any:
 def outsider(make_reviewer: Callable[..., Any], other_team: Team) -> Any:
     """A reviewer of another team."""
     return make_reviewer("otto", "reviewer", in_team=other_team)
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

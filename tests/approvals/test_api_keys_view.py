@@ -10,8 +10,7 @@ from django.test import Client
 
 from envelopes.configuration import api_key_create
 from envelopes.models import ApiKey, Team
-from tests.approvals.conftest import logged_in
-from tests.conftest import AgentClient, error_envelope
+from tests.conftest import AgentClient, error_envelope, logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from envelopes.models import Quarantine
-from tests.approvals.conftest import approval_envelope, logged_in
-from tests.conftest import AgentClient
+from tests.approvals.conftest import approval_envelope
+from tests.conftest import AgentClient, logged_in
 
 pytestmark = pytest.mark.django_db
 

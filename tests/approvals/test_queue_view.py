@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils import timezone
 
 from envelopes.models import Step
-from tests.approvals.conftest import approval_envelope, htmx_headers, logged_in, post_envelope
-from tests.conftest import AgentClient, error_envelope
+from tests.approvals.conftest import approval_envelope, htmx_headers, post_envelope
+from tests.conftest import AgentClient, error_envelope, logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from envelopes.models import Step
-from tests.approvals.conftest import approval_envelope, logged_in, post_envelope
-from tests.conftest import AgentClient, error_envelope
+from tests.approvals.conftest import approval_envelope, post_envelope
+from tests.conftest import AgentClient, error_envelope, logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from django.test import Client
 
 from approvals.models import Decision
 from envelopes.models import AuditEvent, Step
-from tests.approvals.conftest import HTMX, logged_in
+from tests.approvals.conftest import HTMX
+from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from django.test import Client
 
 from approvals.models import Decision
 from envelopes.models import AuditEvent, Step, Tool
-from tests.approvals.conftest import approval_envelope, logged_in, outage_envelope, post_envelope
-from tests.conftest import AgentClient
+from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
+from tests.conftest import AgentClient, logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -37,15 +37,6 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _plain_http_live_server(settings: Any) -> None:
-    """The live server speaks http on localhost: no HTTPS redirect, no secure-only cookies."""
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture(scope="session")
 def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """pytest-django's live server, built while HTTPS-only settings are off.

@@ -17,14 +17,6 @@ pytestmark = pytest.mark.django_db
 ADD = "/admin/envelopes/errorcode/add/"
 
 
-@pytest.fixture(autouse=True)
-def _plain_http(settings: Any) -> None:
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def admin(db) -> Client:  # type: ignore[no-untyped-def]
     user = get_user_model().objects.create_superuser("root", "root@example.com", "pw-unused-1234")

@@ -21,13 +21,6 @@ PAGE = "/tools/send_email/"
 SAVE = "/tools/send_email/settings"
 
 
-@pytest.fixture(autouse=True)
-def _plain_http(settings: Any) -> None:
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
-
-
 @pytest.fixture
 def tool(team: Team) -> Tool:
     return tool_configure(team=team, name="send_email", settings={}, actor="test")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -14,13 +12,6 @@ from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 
 pytestmark = pytest.mark.usefixtures("no_prompt_delivery")
-
-
-@pytest.fixture(autouse=True)
-def _plain_http(settings: Any) -> None:
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
 
 
 @pytest.fixture

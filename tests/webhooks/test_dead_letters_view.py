@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.db import transaction
 from django.test import Client
 
 from envelopes.models import Team
+from tests.conftest import logged_in
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 from webhooks.services import endpoint_create
 
 pytestmark = pytest.mark.usefixtures("no_prompt_delivery")
-
-
-@pytest.fixture(autouse=True)
-def _plain_http(settings: Any) -> None:
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
 
 
 def dead_letter(team: Team) -> OutboxMessage:
@@ -29,12 +21,6 @@ def dead_letter(team: Team) -> OutboxMessage:
     message = OutboxMessage.objects.filter(team=team).latest("id")
     OutboxMessage.objects.filter(pk=message.pk).update(status="dead", dead_reason="tries_exhausted", tries=10)
     return message
-
-
-def login(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -46,7 +32,7 @@ def letters(team: Team, other_team: Team, allow_private: None) -> tuple[OutboxMe
 
 def test_a_member_sees_the_teams_dead_letters_only(make_reviewer, letters) -> None:  # type: ignore[no-untyped-def]
     ours, theirs = letters
-    response = login(make_reviewer("vic", "viewer")).get("/webhooks/")
+    response = logged_in(make_reviewer("vic", "viewer")).get("/webhooks/")
     assert response.status_code == 200
     page = response.content.decode()
     assert ours.message_id in page and theirs.message_id not in page
@@ -57,7 +43,7 @@ def test_a_member_sees_the_teams_dead_letters_only(make_reviewer, letters) -> No
 
 def test_an_admin_redelivers_a_dead_letter(make_reviewer, letters) -> None:  # type: ignore[no-untyped-def]
     ours, _ = letters
-    client = login(make_reviewer("ada", "admin"))
+    client = logged_in(make_reviewer("ada", "admin"))
     assert "Redeliver" in client.get("/webhooks/").content.decode()
     response = client.post(f"/webhooks/messages/{ours.pk}/redeliver")
     assert response.status_code == 302
@@ -67,21 +53,21 @@ def test_an_admin_redelivers_a_dead_letter(make_reviewer, letters) -> None:  # t
 
 def test_a_viewer_cannot_redeliver(make_reviewer, letters) -> None:  # type: ignore[no-untyped-def]
     ours, _ = letters
-    login(make_reviewer("vic", "viewer")).post(f"/webhooks/messages/{ours.pk}/redeliver")
+    logged_in(make_reviewer("vic", "viewer")).post(f"/webhooks/messages/{ours.pk}/redeliver")
     ours.refresh_from_db()
     assert ours.status == "dead"
 
 
 def test_another_teams_message_is_404(make_reviewer, letters) -> None:  # type: ignore[no-untyped-def]
     _, theirs = letters
-    response = login(make_reviewer("ada", "admin")).post(f"/webhooks/messages/{theirs.pk}/redeliver")
+    response = logged_in(make_reviewer("ada", "admin")).post(f"/webhooks/messages/{theirs.pk}/redeliver")
     assert response.status_code == 404
 
 
 def test_a_disabled_endpoints_letter_cannot_be_redelivered(make_reviewer, letters) -> None:  # type: ignore[no-untyped-def]
     ours, _ = letters
     WebhookEndpoint.objects.filter(pk=ours.endpoint_id).update(active=False)
-    client = login(make_reviewer("ada", "admin"))
+    client = logged_in(make_reviewer("ada", "admin"))
     client.post(f"/webhooks/messages/{ours.pk}/redeliver")
     ours.refresh_from_db()
     assert ours.status == "dead"

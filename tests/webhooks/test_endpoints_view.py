@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from django.db import transaction
-from django.test import Client
 
 from envelopes.models import Team
+from tests.conftest import logged_in
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 from webhooks.services import endpoint_create
@@ -22,19 +22,6 @@ pytestmark = pytest.mark.usefixtures("no_prompt_delivery")
 PAGE = "/webhooks/"
 
 
-@pytest.fixture(autouse=True)
-def _plain_http(settings: Any) -> None:
-    settings.SECURE_SSL_REDIRECT = False
-    settings.SESSION_COOKIE_SECURE = False
-    settings.CSRF_COOKIE_SECURE = False
-
-
-def login(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def shown_secret(response: Any) -> str:
     found = re.search(r'<code id="signing-secret">(whsec_[^<]+)</code>', response.content.decode())
     assert found is not None, "no secret on the page"
@@ -43,7 +30,7 @@ def shown_secret(response: Any) -> str:
 
 def test_an_admin_registers_an_endpoint_and_sees_its_secret_once(make_reviewer, team: Team, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(socket, "getaddrinfo", fake_resolver({"hooks.example.com": ["93.184.216.34"]}))
-    admin = login(make_reviewer("ada", "admin"))
+    admin = logged_in(make_reviewer("ada", "admin"))
     response = admin.post(
         "/webhooks/endpoints",
         {"team": team.slug, "url": "https://hooks.example.com/h/tok123", "once": uuid.uuid4().hex},
@@ -61,7 +48,7 @@ def test_an_admin_registers_an_endpoint_and_sees_its_secret_once(make_reviewer, 
     "url", ["http://127.0.0.1:9001/hook", "http://169.254.169.254/latest/meta-data", "ftp://x.example"]
 )
 def test_an_unsafe_or_invalid_url_is_refused_and_named(make_reviewer, team: Team, url: str) -> None:  # type: ignore[no-untyped-def]
-    admin = login(make_reviewer("ada", "admin"))
+    admin = logged_in(make_reviewer("ada", "admin"))
     response = admin.post("/webhooks/endpoints", {"team": team.slug, "url": url, "once": uuid.uuid4().hex})
     assert response.status_code == 400
     assert 'id="endpoint-url-error"' in response.content.decode()
@@ -71,7 +58,7 @@ def test_an_unsafe_or_invalid_url_is_refused_and_named(make_reviewer, team: Team
 def test_rotating_shows_a_new_secret_once(make_reviewer, team: Team, allow_private: None) -> None:  # type: ignore[no-untyped-def]
     endpoint = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
     old = endpoint.secret
-    response = login(make_reviewer("ada", "admin")).post(
+    response = logged_in(make_reviewer("ada", "admin")).post(
         f"/webhooks/endpoints/{endpoint.pk}/rotate", {"once": uuid.uuid4().hex}
     )
     endpoint.refresh_from_db()
@@ -83,7 +70,7 @@ def test_disabling_turns_pending_messages_into_dead_letters(make_reviewer, team:
     endpoint = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
     with transaction.atomic():
         event_emit(team_id=team.pk, event_type="tool.halted", data={"tool": "charge_card"})
-    response = login(make_reviewer("ada", "admin")).post(
+    response = logged_in(make_reviewer("ada", "admin")).post(
         f"/webhooks/endpoints/{endpoint.pk}/disable", {"reason": "receiver retired"}
     )
     assert response.status_code == 302
@@ -97,7 +84,7 @@ def test_reviewers_and_other_teams_cannot_change_endpoints(  # type: ignore[no-u
 ) -> None:
     ours = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
     theirs = endpoint_create(team=other_team, url="http://127.0.0.1:9002/hook").endpoint
-    reviewer = login(make_reviewer("rita", "reviewer"))
+    reviewer = logged_in(make_reviewer("rita", "reviewer"))
     assert "Register an endpoint" not in reviewer.get(PAGE).content.decode()
     assert (
         reviewer.post(
@@ -108,7 +95,7 @@ def test_reviewers_and_other_teams_cannot_change_endpoints(  # type: ignore[no-u
     assert reviewer.post(f"/webhooks/endpoints/{ours.pk}/rotate", {"once": uuid.uuid4().hex}).status_code == 403
     assert reviewer.post(f"/webhooks/endpoints/{ours.pk}/disable").status_code == 403
 
-    admin = login(make_reviewer("ada", "admin"))
+    admin = logged_in(make_reviewer("ada", "admin"))
     assert admin.post(f"/webhooks/endpoints/{theirs.pk}/rotate", {"once": uuid.uuid4().hex}).status_code == 404
     assert admin.post(f"/webhooks/endpoints/{theirs.pk}/disable").status_code == 404
     assert (
@@ -125,7 +112,7 @@ def test_a_reloaded_rotation_does_not_void_the_secret_just_shown(
     make_reviewer, team: Team, allow_private: None
 ) -> None:  # type: ignore[no-untyped-def]
     endpoint = endpoint_create(team=team, url="http://127.0.0.1:9001/hook").endpoint
-    admin = login(make_reviewer("ada", "admin"))
+    admin = logged_in(make_reviewer("ada", "admin"))
     sent = {"once": uuid.uuid4().hex}
     shown = shown_secret(admin.post(f"/webhooks/endpoints/{endpoint.pk}/rotate", sent))
     again = admin.post(f"/webhooks/endpoints/{endpoint.pk}/rotate", sent)
@@ -135,7 +122,7 @@ def test_a_reloaded_rotation_does_not_void_the_secret_just_shown(
 
 
 def test_a_reloaded_registration_registers_nothing(make_reviewer, team: Team, allow_private: None) -> None:  # type: ignore[no-untyped-def]
-    admin = login(make_reviewer("ada", "admin"))
+    admin = logged_in(make_reviewer("ada", "admin"))
     sent = {"team": team.slug, "url": "http://127.0.0.1:9001/hook", "once": uuid.uuid4().hex}
     assert admin.post("/webhooks/endpoints", sent).status_code == 200
     assert "already sent" in admin.post("/webhooks/endpoints", sent).content.decode()
