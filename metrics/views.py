@@ -11,6 +11,7 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -162,26 +163,38 @@ def _edit_form(entry: ErrorCode) -> ErrorCodeForm:
     return ErrorCodeForm(initial=initial_for_entry(entry), prefix=f"edit-{entry.pk}")
 
 
-@require_POST
-@dashboard_login_required
-def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
-    """Add, change or document one catalog entry (admins of the tool's team)."""
+def _administered_tool(request: HtmxHttpRequest, tool: str, what: str) -> Tool:
+    """The posted tool of the posted team, when the user is an admin of that team."""
     team_slug = request.POST.get("team", "")
     if not team_slug:
         raise Http404("Name the tool's team.")
     found = _member_tools(request, tool, team_slug)[0]
-    membership = _membership(request, found)
-    if not membership.can_administer:
-        raise PermissionDenied("Only admins of this team edit the catalog.")
+    if not _membership(request, found).can_administer:
+        raise PermissionDenied(f"Only admins of this team {what}.")
+    return found
+
+
+def _not_saved(request: HtmxHttpRequest, what: str, problems: str, back: str) -> HttpResponse:
+    messages.error(request, f"{what} not saved: {problems}")
+    return HttpResponseRedirect(back, status=303)
+
+
+def _form_problems(form: forms.Form) -> str:
+    return "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
+
+
+@require_POST
+@dashboard_login_required
+def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
+    """Add, change or document one catalog entry (admins of the tool's team)."""
+    found = _administered_tool(request, tool, "edit the catalog")
     prefix = request.POST.get("form_prefix", "")
     if not prefix.replace("-", "").replace("_", "").isalnum():
         prefix = "new"
     form = ErrorCodeForm(request.POST, prefix=prefix)
     back = tool_page_url(found, request.POST.get("window", ""), "#catalog")
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
-        messages.error(request, f"The code was not saved: {problems}")
-        return HttpResponseRedirect(back, status=303)
+        return _not_saved(request, "The code was", _form_problems(form), back)
     data = form.cleaned_data
     try:
         entry = error_code_upsert(
@@ -191,8 +204,7 @@ def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
             fields=form.entry_fields(),
         )
     except ConfigurationError as error:
-        messages.error(request, f"The code was not saved: {error}")
-        return HttpResponseRedirect(back, status=303)
+        return _not_saved(request, "The code was", str(error), back)
     where = "for this tool" if entry.tool_id else "for every tool of the team"
     messages.success(request, f"{entry.code} is documented {where}.")
     return HttpResponseRedirect(back, status=303)
@@ -202,25 +214,15 @@ def code_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
 @dashboard_login_required
 def tool_settings_save(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     """Change a tool's recovery settings (admins of the tool's team); audited with who did it."""
-    team_slug = request.POST.get("team", "")
-    if not team_slug:
-        raise Http404("Name the tool's team.")
-    found = _member_tools(request, tool, team_slug)[0]
-    if not _membership(request, found).can_administer:
-        raise PermissionDenied("Only admins of this team change a tool's settings.")
+    found = _administered_tool(request, tool, "change a tool's settings")
     back = tool_page_url(found, request.POST.get("window", ""), "#settings")
     form = ToolSettingsForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
-        messages.error(request, f"The settings were not saved: {problems}")
-        return HttpResponseRedirect(back, status=303)
+        return _not_saved(request, "The settings were", _form_problems(form), back)
     try:
-        tool_configure(
-            team=found.team, name=found.name, settings=form.cleaned_data, actor=request.user.get_username()
-        )
+        tool_configure(team=found.team, name=found.name, settings=form.cleaned_data, actor=request.user.get_username())
     except ConfigurationError as error:
-        messages.error(request, f"The settings were not saved: {error}")
-        return HttpResponseRedirect(back, status=303)
+        return _not_saved(request, "The settings were", str(error), back)
     messages.success(request, f"Settings of {found.name} saved.")
     return HttpResponseRedirect(back, status=303)
 
