@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from envelopes.models import Quarantine
+from envelopes.services import envelope_quarantine
 from tests.approvals.conftest import approval_envelope
 from tests.conftest import AgentClient, logged_in
 
@@ -59,3 +61,16 @@ def test_another_teams_quarantine_is_404(
 def test_the_quarantine_filters_by_tool(rita: Client, quarantined: Quarantine) -> None:
     assert "run_q/1" in rita.get("/quarantine/?tool=charge_card").content.decode()
     assert "run_q/1" not in rita.get("/quarantine/?tool=send_email").content.decode()
+
+
+def test_a_long_quarantine_is_paged_fifty_at_a_time(rita: Client, team) -> None:  # type: ignore[no-untyped-def]
+    for n in range(51):
+        envelope_quarantine(
+            team=team, tool_name=None, operation_ref=None, code="malformed_json", errors=[], raw_body=b"{" * (n + 1)
+        )
+    first = rita.get("/quarantine/").content.decode()
+    assert len(re.findall(r'href="/quarantine/\d+/"', first)) == 50
+    assert 'href="?page=2">Older</a>' in first and "page 1 of 2" in first
+    second = rita.get("/quarantine/", {"page": 2}).content.decode()
+    assert len(re.findall(r'href="/quarantine/\d+/"', second)) == 1
+    assert 'href="?page=1">Newer</a>' in second
