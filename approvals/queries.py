@@ -18,6 +18,10 @@ from webhooks.models import DeliveryTry
 from .models import Decision, Membership
 
 QUEUE_LIMIT = 50
+# Counts in the navigation (refreshed every 5 s by every open dashboard) and in the queue
+# headings stop here and read "1000+": counting every held step would cost what the table holds.
+COUNT_CAP = 1000
+CHOICES_LIMIT = 200  # tools and codes the filter form offers; the fields also take any text
 QUARANTINE_RECENT = timedelta(hours=24)
 AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
 _AGE_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -81,7 +85,6 @@ STEP_QUEUES = (
         read_only=True,
     ),
 )
-QUEUE_BY_STATE = {state.value: queue for queue in STEP_QUEUES for state in queue.states}
 
 
 # --- who sees what -----------------------------------------------------------------------------
@@ -172,7 +175,7 @@ def step_queue(
 ) -> QueueView:
     steps: QuerySet[Step] = Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states])
     steps = _filter_steps(steps, filters, now)
-    total = steps.count()
+    total = capped_count(steps)
     rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
     if queue.key == "approvals":
         rows = rows.annotate(approvals_given=_current_approvals())
@@ -204,34 +207,39 @@ def quarantined(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> 
     return items.order_by("-received_at", "-id")
 
 
+def capped_count(rows: QuerySet[Any]) -> int:
+    """How many rows, up to COUNT_CAP: reads at most COUNT_CAP index entries
+    (SELECT COUNT(*) FROM (... LIMIT COUNT_CAP))."""
+    return rows.order_by()[:COUNT_CAP].count()
+
+
 def queue_counts(teams: QuerySet[Team], now: datetime) -> dict[str, int]:
-    """The counts in the navigation: unfiltered, over the given teams."""
-    counts = {queue.key: 0 for queue in STEP_QUEUES}
-    by_state = (
-        Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
-        .values("state")
-        .annotate(n=Count("id"))
-        .order_by()
+    """The counts in the navigation: unfiltered, over the given teams, each up to COUNT_CAP."""
+    counts = {
+        queue.key: capped_count(Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states]))
+        for queue in STEP_QUEUES
+    }
+    counts["halted"] = capped_count(Tool.objects.filter(team__in=teams).halted(now))
+    counts["quarantine"] = capped_count(
+        Quarantine.objects.filter(team__in=teams, received_at__gte=now - QUARANTINE_RECENT)
     )
-    for row in by_state:
-        counts[QUEUE_BY_STATE[row["state"]].key] += row["n"]
-    counts["halted"] = Tool.objects.filter(team__in=teams).halted(now).count()
-    counts["quarantine"] = Quarantine.objects.filter(
-        team__in=teams, received_at__gte=now - QUARANTINE_RECENT
-    ).count()
     return counts
 
 
 def filter_choices(teams: QuerySet[Team]) -> dict[str, list[str]]:
     """Tool names and codes the filter form offers."""
-    tools = sorted(set(Tool.objects.filter(team__in=teams).values_list("name", flat=True)))
-    codes = sorted(
-        set(
-            Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
-            .exclude(last_envelope__code="")
-            .exclude(last_envelope__isnull=True)
-            .values_list("last_envelope__code", flat=True)
-        )
+    # Distinct and limited in SQL: a team with thousands of held steps sends the form a few
+    # dozen names, not a row per step.
+    tools = list(
+        Tool.objects.filter(team__in=teams).values_list("name", flat=True).distinct().order_by("name")[:CHOICES_LIMIT]
+    )
+    codes = list(
+        Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
+        .exclude(last_envelope__code="")
+        .exclude(last_envelope__isnull=True)
+        .values_list("last_envelope__code", flat=True)
+        .distinct()
+        .order_by("last_envelope__code")[:CHOICES_LIMIT]
     )
     return {"tools": tools, "codes": codes}
 

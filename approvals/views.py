@@ -135,7 +135,7 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
         "step_queues": [queries.step_queue(teams, queue, filters, now) for queue in queries.STEP_QUEUES],
         "halted_tools": queries.halted_tools(teams, filters, now),
         "quarantine": list(quarantine[:20]),
-        "quarantine_total": quarantine.count(),
+        "quarantine_total": queries.capped_count(quarantine),
         "choices": queries.filter_choices(teams),
         "age_choices": AGE_CHOICES,
         "now": now,

@@ -132,6 +132,12 @@ def nav_counts(context: template.Context) -> dict[str, Any]:
 
 
 @register.filter
+def capped(count: int) -> str:
+    """A count from queries.capped_count: "1000+" once it reached the cap."""
+    return f"{count}+" if count >= queries.COUNT_CAP else str(count)
+
+
+@register.filter
 def host(url: str) -> str:
     """A webhook endpoint's host, never its path or query (which may carry a token)."""
     parts = urlsplit(str(url or ""))

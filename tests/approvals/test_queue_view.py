@@ -10,6 +10,7 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
+from approvals import queries
 from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, htmx_headers, post_envelope
 from tests.conftest import AgentClient, error_envelope, logged_in
@@ -145,7 +146,7 @@ def test_every_page_carries_csrf_for_htmx_and_a_strict_csp(rita: Client) -> None
     response = rita.get("/")
 
     html = response.content.decode()
-    assert "hx-headers='{\"X-CSRFToken\": \"" in html
+    assert 'hx-headers=\'{"X-CSRFToken": "' in html
     assert '"allowEval":false' in html and '"includeIndicatorStyles":false' in html
     assert "<script>" not in html and " style=" not in html and "hx-on" not in html
     policy = response["Content-Security-Policy"]
@@ -155,3 +156,13 @@ def test_every_page_carries_csrf_for_htmx_and_a_strict_csp(rita: Client) -> None
 
 def test_the_queues_refuse_post(rita: Client) -> None:
     assert rita.post("/").status_code == 405
+
+
+def test_counts_stop_at_the_cap_so_a_huge_queue_costs_no_more(rita: Client, agent: AgentClient, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(queries, "COUNT_CAP", 3)
+    for n in range(4):
+        post_envelope(agent, approval_envelope(operation_ref=f"run_9/charge_{n}"))
+    nav = rita.get("/queue-counts").content.decode()
+    assert '<span class="count hot">3+</span>' in nav
+    page = rita.get("/").content.decode()
+    assert 'Approvals <span class="count hot">3+</span>' in page
