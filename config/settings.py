@@ -215,11 +215,14 @@ CELERY_BEAT_SCHEDULE = {
     # Closed hours into ToolHour/ToolDay, the current hour so far into a provisional row
     # (metrics/README.md): what keeps the metrics pages and API from reading envelopes.
     "rollup-metrics": {"task": "metrics.tasks.rollup_metrics", "schedule": 60.0},
+    "purge-idempotency-keys": {"task": "envelopes.tasks.purge_idempotency_keys", "schedule": 3600.0},
 }
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)
 HOLDPOINT_BASE_URL = env.str("HOLDPOINT_BASE_URL", default="http://127.0.0.1:8000")
+# How long a stored answer to an Idempotency-Key is kept (then the key may be used anew).
+HOLDPOINT_IDEMPOTENCY_TTL_HOURS = env.int("HOLDPOINT_IDEMPOTENCY_TTL_HOURS", default=7 * 24)
 
 LOGGING = {
     "version": 1,

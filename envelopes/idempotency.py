@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -81,3 +82,21 @@ def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, head
 
 def idempotency_release(record: IdempotencyRecord) -> None:
     IdempotencyRecord.objects.filter(pk=record.pk, status__isnull=True).delete()
+
+
+def idempotency_purge(*, now: datetime | None = None, batch: int = 5000) -> int:
+    """Forget the answers older than HOLDPOINT_IDEMPOTENCY_TTL_HOURS, a batch per statement so
+    that no transaction holds many rows; returns how many. A key used again after that is a new
+    request (the attempt gate, not this table, is what keeps a write from happening twice)."""
+    cutoff = (now or timezone.now()) - timedelta(hours=settings.HOLDPOINT_IDEMPOTENCY_TTL_HOURS)
+    purged = 0
+    while True:
+        ids = list(
+            IdempotencyRecord.objects.filter(created_at__lt=cutoff)
+            .order_by("created_at")
+            .values_list("pk", flat=True)[:batch]
+        )
+        if ids:
+            purged += IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch:
+            return purged

@@ -382,6 +382,10 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "endpoint", "key"], name="idempotency_unique_key")]
+        indexes = [
+            # The hourly purge of answers older than HOLDPOINT_IDEMPOTENCY_TTL_HOURS.
+            models.Index(fields=["created_at"], name="idempotency_created_idx"),
+        ]
 
 
 class AuditEvent(models.Model):

@@ -6,6 +6,7 @@ from celery import shared_task
 
 from . import services
 from .audit import audit_seal
+from .idempotency import idempotency_purge
 from .models import Team
 
 
@@ -31,6 +32,12 @@ def sweep_due_steps() -> int:
 def fire_step_timer(step_id: int) -> bool:
     """A countdown that speeds one timer up; the sweep would fire it anyway."""
     return services.step_fire_timer(step_id=step_id)
+
+
+@shared_task
+def purge_idempotency_keys() -> int:
+    """Beat, hourly: forget stored answers past HOLDPOINT_IDEMPOTENCY_TTL_HOURS."""
+    return idempotency_purge()
 
 
 @shared_task

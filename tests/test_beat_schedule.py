@@ -15,6 +15,7 @@ def test_every_periodic_task_is_scheduled_and_registered() -> None:
         "envelopes.tasks.seal_audit_chains",
         "webhooks.tasks.deliver_due_messages",
         "metrics.tasks.rollup_metrics",  # without it every metrics read falls back to the envelopes
+        "envelopes.tasks.purge_idempotency_keys",
     }
     assert set(scheduled) <= set(app.tasks)
     assert scheduled["metrics.tasks.rollup_metrics"] == 60.0
