@@ -24,6 +24,9 @@ class TeamAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name"]
     readonly_fields = ["created_at"]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a team's steps and audit chains go with it: the app never deletes history
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):

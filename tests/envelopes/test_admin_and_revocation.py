@@ -119,3 +119,15 @@ def test_saving_a_tool_in_the_admin_keeps_its_circuit_and_audit_head(
         "strict_codes": [False, True],
     }
     assert (saved.audit_seq, saved.audit_head) == (2, link.hash)
+
+
+def test_the_admin_deletes_no_team_tool_or_key(admin_client: Client, team: Team) -> None:
+    tool = Tool.objects.create(team=team, name="send_email")
+    key = api_key_create(team=team, name="ci").api_key
+    for url in (
+        f"/admin/envelopes/team/{team.pk}/delete/",
+        f"/admin/envelopes/tool/{tool.pk}/delete/",
+        f"/admin/envelopes/apikey/{key.pk}/delete/",
+    ):
+        assert admin_client.post(url, {"post": "yes"}).status_code == 403, url
+    assert Team.objects.filter(pk=team.pk).exists() and Tool.objects.filter(pk=tool.pk).exists()
