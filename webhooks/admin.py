@@ -57,6 +57,9 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its messages and their tries (step timelines) would go with it: disable it
+
     @admin.action(description="Rotate the signing secret (shown once)")
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset:
@@ -118,6 +121,9 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # history: read it, redeliver it, never edit it
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
     @admin.action(description="Redeliver (one more try now, same webhook-id)")
     def redeliver(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:

@@ -59,3 +59,14 @@ def test_the_admin_lists_dead_letters_and_redelivers_them(admin: Client, team: T
     )
     message.refresh_from_db()
     assert message.status == "pending"
+
+
+def test_the_admin_deletes_no_endpoint_and_no_message(admin: Client, team: Team, endpoint: WebhookEndpoint) -> None:
+    with transaction.atomic():
+        event_emit(team_id=team.pk, event_type="tool.resumed", data={"tool": "x"})
+    message = OutboxMessage.objects.get()
+    assert admin.post(f"/admin/webhooks/webhookendpoint/{endpoint.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert admin.post(f"/admin/webhooks/outboxmessage/{message.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert (
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).exists() and OutboxMessage.objects.filter(pk=message.pk).exists()
+    )
