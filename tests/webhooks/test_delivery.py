@@ -13,6 +13,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from envelopes.models import Team
+from webhooks import delivery
 from webhooks.delivery import (
     LEASE,
     MAX_TRIES,
@@ -99,6 +100,26 @@ def test_a_2xx_delivers_the_exact_body_signed_per_standard_webhooks(
     assert (tried.number, tried.status_code, tried.error, tried.next_try_at) == (1, 200, "", None)
     assert tried.latency_ms is not None
     assert deliver_due_messages() == 0  # delivered once, never again
+
+
+def test_a_sweep_builds_one_client_for_all_its_tries(
+    team: Team, endpoint: WebhookEndpoint, receiver: Receiver, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    built: list[object] = []
+    build = delivery.sending_client
+
+    def counted(timeout: float):  # type: ignore[no-untyped-def]
+        client = build(timeout)
+        built.append(client)
+        return client
+
+    monkeypatch.setattr(delivery, "sending_client", counted)
+    for _ in range(3):
+        emit(team)
+    assert deliver_due_messages() == 3
+    assert len(built) == 1  # building a client costs ~17 ms: not once per try
+    assert len({request.headers["webhook-id"] for request in receiver.received}) == 3
+    assert deliver_due_messages() == 0 and len(built) == 1  # nothing due: no client built
 
 
 def test_a_failed_try_is_retried_after_about_five_seconds_with_the_same_webhook_id(
