@@ -21,6 +21,7 @@ QUEUE_LIMIT = 50
 # Counts in the navigation (refreshed every 5 s by every open dashboard) and in the queue
 # headings stop here and read "1000+": counting every held step would cost what the table holds.
 COUNT_CAP = 1000
+PARTIAL_SEARCH_SPAN = 10_000  # the latest steps a substring search looks through
 CHOICES_LIMIT = 200  # tools and codes the filter form offers; the fields also take any text
 QUARANTINE_RECENT = timedelta(hours=24)
 AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
@@ -252,6 +253,7 @@ class SearchResult:
     exact: list[Step]  # matched by operation_ref or correlation_id
     others: list[Step]  # matched by run_id or resource_id
     partial: list[Step] = field(default_factory=list)  # substring matches when nothing matched
+    partial_span: int = 0  # ... looked for among this many of the latest steps
 
     @property
     def single(self) -> Step | None:
@@ -284,12 +286,16 @@ def search_steps(teams: QuerySet[Team], query: str) -> SearchResult:
         .exclude(pk__in=exact.values("pk"))
         .order_by("-created_at", "-id")
     )
-    result = SearchResult(exact=list(exact[:QUEUE_LIMIT]), others=list(others[:QUEUE_LIMIT]))
+    result = SearchResult(
+        exact=list(exact[:QUEUE_LIMIT]), others=list(others[:QUEUE_LIMIT]), partial_span=PARTIAL_SEARCH_SPAN
+    )
     if not result.exact and not result.others and len(query) >= 3:
+        # A substring cannot use an index: look among the latest steps only, so that a search
+        # with no match reads PARTIAL_SEARCH_SPAN index entries, not the whole table.
+        latest = Step.objects.filter(team__in=teams).order_by("-created_at", "-id").values("pk")[:PARTIAL_SEARCH_SPAN]
         partial = steps.filter(
-            Q(operation_ref__icontains=query)
-            | Q(correlation_id__icontains=query)
-            | Q(run_id__icontains=query)
+            Q(pk__in=latest),
+            Q(operation_ref__icontains=query) | Q(correlation_id__icontains=query) | Q(run_id__icontains=query),
         ).order_by("-created_at", "-id")
         result.partial = list(partial[:QUEUE_LIMIT])
     return result

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals import queries
 from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.conftest import AgentClient, error_envelope, logged_in
@@ -76,6 +77,19 @@ def test_a_partial_operation_ref_offers_close_matches(rita: Client, awaiting: St
     response = rita.get("/search", {"q": "charge_"})
 
     assert [s.pk for s in response.context["result"].partial] == [awaiting.pk]
+
+
+def test_a_partial_search_looks_only_among_the_latest_steps(
+    rita: Client, agent: AgentClient, awaiting: Step, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(queries, "PARTIAL_SEARCH_SPAN", 2)
+    newer = [post_envelope(agent, error_envelope(operation_ref=f"run_8/email_{n}")) for n in range(2)]
+
+    older = rita.get("/search", {"q": "charge_"})
+    assert older.context["result"].partial == []  # awaiting is the third-latest: out of reach
+    assert "none of the latest 2 contains it" in older.content.decode()
+    latest = rita.get("/search", {"q": "email_"})
+    assert {s.pk for s in latest.context["result"].partial} == {step.pk for step in newer}
 
 
 def test_search_needs_a_login(client: Client) -> None:
