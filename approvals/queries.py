@@ -8,8 +8,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.paginator import Paginator
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
 from envelopes.models import Attempt, AuditEvent, Envelope, Quarantine, Step, Team, Tool
@@ -212,6 +214,16 @@ def capped_count(rows: QuerySet[Any]) -> int:
     """How many rows, up to COUNT_CAP: reads at most COUNT_CAP index entries
     (SELECT COUNT(*) FROM (... LIMIT COUNT_CAP))."""
     return rows.order_by()[:COUNT_CAP].count()
+
+
+class CappedPaginator(Paginator):
+    """Pages over the first COUNT_CAP rows: counting them all would cost what the table holds
+    (the filters reach older rows)."""
+
+    @cached_property
+    def count(self) -> int:
+        assert isinstance(self.object_list, QuerySet)
+        return capped_count(self.object_list)
 
 
 def queue_counts(teams: QuerySet[Team], now: datetime) -> dict[str, int]:

@@ -392,7 +392,7 @@ def quarantine_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = filter_form.filters()
     teams = queries.teams_of(request.user, slug=filters.team)
     now = timezone.now()
-    page = Paginator(queries.quarantined(teams, filters, now), 50).get_page(request.GET.get("page"))
+    page = queries.CappedPaginator(queries.quarantined(teams, filters, now), 50).get_page(request.GET.get("page"))
     context = {
         "filter_form": filter_form,
         "filters": filters,

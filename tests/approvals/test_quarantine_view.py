@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals import queries
 from envelopes.models import Quarantine
 from envelopes.services import envelope_quarantine
 from tests.approvals.conftest import approval_envelope
@@ -74,3 +75,14 @@ def test_a_long_quarantine_is_paged_fifty_at_a_time(rita: Client, team) -> None:
     second = rita.get("/quarantine/", {"page": 2}).content.decode()
     assert len(re.findall(r'href="/quarantine/\d+/"', second)) == 1
     assert 'href="?page=1">Newer</a>' in second
+
+
+def test_the_quarantine_pages_only_through_the_latest_thousand(rita: Client, team, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(queries, "COUNT_CAP", 60)
+    for n in range(61):
+        envelope_quarantine(
+            team=team, tool_name=None, operation_ref=None, code="malformed_json", errors=[], raw_body=b"{" * (n + 1)
+        )
+    html = rita.get("/quarantine/").content.decode()
+    assert 'Quarantine <span class="count">60+</span>' in html and "page 1 of 2" in html
+    assert len(re.findall(r'href="/quarantine/\d+/"', rita.get("/quarantine/", {"page": 2}).content.decode())) == 10
