@@ -1,5 +1,6 @@
-"""Reviewer writes: memberships, decisions and (team admins) API keys. A decision is one more event for the step's
-state machine (envelopes.services), so locking, audit and webhooks stay in one place."""
+"""Reviewer writes: memberships, decisions and (team admins) API keys. A decision is one more
+event for the step's state machine (envelopes.services), so locking, audit and webhooks stay in
+one place."""
 
 from __future__ import annotations
 

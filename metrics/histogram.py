@@ -88,10 +88,5 @@ def percentile(histogram: Mapping[str, int] | Mapping[int, int], percent: int) -
     return percentiles(histogram, percent)[0]
 
 
-def p50_p95(histogram: Mapping[str, int] | Mapping[int, int]) -> dict[str, float | None]:
-    p50, p95 = percentiles(histogram, 50, 95)
-    return {"p50": p50, "p95": p95}
-
-
 def from_samples(samples: Iterable[float]) -> Histogram:
     return Counter(str(bucket_of(sample)) for sample in samples)

@@ -21,8 +21,8 @@ from envelopes.models import Step, Tool
 from webhooks.models import OutboxMessage
 
 from .aggregates import HourCounts, aggregate_live
-from .models import COUNTERS, ToolHour, ToolTotal
-from .services import watermark
+from .models import COUNTERS, ToolTotal
+from .services import provisional_rows, watermark
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -110,8 +110,8 @@ def _totals(tools: list[Tool], now: datetime) -> dict[int, dict[str, int]]:
     tail: dict[int, HourCounts] = {}
     start = through or datetime.min.replace(tzinfo=now.tzinfo)
     if through is not None and partial is not None and partial <= now:
-        rows = list(ToolHour.objects.filter(tool_id__in=list(totals), hour=through))
-        if all(row.partial_through == partial for row in rows):  # else a roll replaced them: live
+        rows = provisional_rows(list(totals), through, partial)
+        if rows is not None:
             for row in rows:
                 tail.setdefault(row.tool_id, HourCounts()).add(HourCounts.from_row(row))
             start = partial

@@ -24,7 +24,7 @@ from .activity import attempts_per_step as _attempts_per_step
 from .activity import ceil_day, ceil_hour, floor_day, floor_hour
 from .aggregates import HourCounts, Key, aggregate_live
 from .models import ToolDay, ToolHour
-from .services import watermark
+from .services import provisional_rows, watermark
 
 DEFAULT_WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=90)
@@ -56,10 +56,8 @@ def window_hours(
         live.append((since, first_full))
         tail = last_full
     if through is not None and partial is not None and tail == through and partial <= until:
-        # The current hour's provisional rows cover [through, partial), unless a roll replaced
-        # them since the watermark was read (then the hour is read live).
-        rows = list(ToolHour.objects.filter(tool_id__in=tool_ids, hour=through))
-        if all(row.partial_through == partial for row in rows):
+        rows = provisional_rows(tool_ids, through, partial)
+        if rows is not None:
             for row in rows:
                 result[(row.tool_id, row.hour)] = HourCounts.from_row(row)
             tail = partial

@@ -30,18 +30,20 @@ SETTLE = timedelta(minutes=5)
 PARTIAL_SETTLE = timedelta(minutes=1)
 
 
-def rolled_through() -> datetime | None:
-    """Every hour before this is in ToolHour (None: nothing is rolled yet)."""
-    return watermark()[0]
-
-
 def watermark() -> tuple[datetime | None, datetime | None]:
-    """(rolled_through, partial_through): the hour starting at rolled_through is in ToolHour up
-    to partial_through, when that is set."""
+    """(rolled_through, partial_through): every hour before rolled_through is in ToolHour (None:
+    nothing is rolled yet), and the hour starting there is, up to partial_through when set."""
     row = MetricsWatermark.objects.filter(pk=MetricsWatermark.SINGLETON).values_list(
         "rolled_through", "partial_through"
     ).first()
     return row if row is not None else (None, None)
+
+
+def provisional_rows(tool_ids: list[int], through: datetime, partial: datetime) -> list[ToolHour] | None:
+    """The current hour's provisional rows, which cover [through, partial) as watermark() read
+    them; None when a roll replaced them since (then the hour is read live)."""
+    rows = list(ToolHour.objects.filter(tool_id__in=tool_ids, hour=through))
+    return rows if all(row.partial_through == partial for row in rows) else None
 
 
 def _earliest_activity(tools: list[Tool]) -> datetime | None:
@@ -168,8 +170,8 @@ def metrics_rollup(*, now: datetime | None = None, rebuild_from: datetime | None
                 watermark.save()
                 return rolled
             end = min(floor_day(start) + DAY, target)  # a day at most per transaction
-            _refresh_totals(_roll_range(tools, start, end), max(watermark.rolled_through or end, end), now)
             watermark.rolled_through = max(watermark.rolled_through or end, end)
+            _refresh_totals(_roll_range(tools, start, end), watermark.rolled_through, now)
             watermark.partial_through = None
             watermark.updated_at = now
             watermark.save()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from envelopes.configuration import error_code_upsert, tool_configure
@@ -18,11 +17,9 @@ ADD = "/admin/envelopes/errorcode/add/"
 
 
 @pytest.fixture
-def admin(db) -> Client:  # type: ignore[no-untyped-def]
-    user = get_user_model().objects.create_superuser("root", "root@example.com", "pw-unused-1234")
-    client = Client()
-    client.force_login(user)
-    return client
+def admin(admin_client: Client) -> Client:
+    """A superuser's client (pytest-django's admin_client)."""
+    return admin_client
 
 
 def entry(team: Team, tool: Any, **fields: Any) -> dict[str, Any]:

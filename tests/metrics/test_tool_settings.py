@@ -14,6 +14,7 @@ from approvals.services import reviewer_create
 from envelopes.audit import audit_verify
 from envelopes.configuration import tool_configure
 from envelopes.models import AuditEvent, Team, Tool
+from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -27,9 +28,7 @@ def tool(team: Team) -> Tool:
 
 
 def member(team: Team, username: str, role: str) -> Client:
-    client = Client()
-    client.force_login(reviewer_create(username=username, password="correct-horse-battery", team=team, role=role))
-    return client
+    return logged_in(reviewer_create(username=username, password="correct-horse-battery", team=team, role=role))
 
 
 def form(**changes: Any) -> dict[str, Any]:

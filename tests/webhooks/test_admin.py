@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
 
@@ -15,11 +14,9 @@ pytestmark = pytest.mark.usefixtures("no_prompt_delivery")
 
 
 @pytest.fixture
-def admin(db) -> Client:  # type: ignore[no-untyped-def]
-    user = get_user_model().objects.create_superuser("root", "root@example.com", "pw-unused-1234")
-    client = Client()
-    client.force_login(user)
-    return client
+def admin(admin_client: Client) -> Client:
+    """A superuser's client (pytest-django's admin_client)."""
+    return admin_client
 
 
 def add(admin: Client, team: Team, url: str):  # type: ignore[no-untyped-def]
