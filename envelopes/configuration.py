@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .audit import audit_append
-from .models import ApiKey, AuditEvent, ErrorCode, Team, Tool
+from .models import TOOL_NAME_RE, ApiKey, AuditEvent, ErrorCode, Team, Tool
 from .services import tool_get_or_register
 
 TOOL_SETTINGS = {
@@ -61,6 +62,15 @@ def api_keys_revoke(keys: QuerySet[ApiKey], *, now: datetime | None = None) -> i
     return keys.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
 
 
+def tool_name_check(name: str) -> None:
+    """Refuse a tool name an envelope could never carry (contract §2): registering it would
+    make a tool no agent can reach and the dashboard cannot link."""
+    if not re.fullmatch(TOOL_NAME_RE, name):
+        raise ConfigurationError(
+            f"tool name {name!r} must match {TOOL_NAME_RE} (lowercase letters, digits, '_', '.', '-'; at most 100)"
+        )
+
+
 def parse_setting(name: str, raw: str) -> Any:
     """A KEY=VALUE setting from the command line, typed by the setting's kind."""
     kind = TOOL_SETTINGS.get(name)
@@ -83,6 +93,7 @@ def tool_configure(*, team: Team, name: str, settings: dict[str, Any], actor: st
     """Create or change a tool's settings; refuses values that break a rule. A change is a
     link of the tool's audit chain naming the actor and each setting's old and new value (a
     tool whose approvals went from 2 to 1 says who did it)."""
+    tool_name_check(name)
     tool = tool_get_or_register(team=team, name=name)
     tool = Tool.objects.select_for_update().get(pk=tool.pk)
     changes = {}
@@ -133,6 +144,8 @@ def error_code_upsert(*, team: Team, tool_name: str, code: str, fields: dict[str
     unknown = set(fields) - set(CODE_FIELDS)
     if unknown:
         raise ConfigurationError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(CODE_FIELDS)}")
+    if tool_name != "*":
+        tool_name_check(tool_name)
     tool = None if tool_name == "*" else tool_get_or_register(team=team, name=tool_name)
     entry = ErrorCode.objects.select_for_update().filter(team=team, tool=tool, code=code).first()
     if entry is None:

@@ -10,15 +10,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("team")
         parser.add_argument("tool")
-        parser.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+        # Not `settings`: Django's own `--settings` option reads options["settings"] before
+        # handle() runs (handle_default_options), so a list there crashed every shell run.
+        parser.add_argument("pairs", nargs="*", metavar="KEY=VALUE")
 
-    def handle(self, *args, team: str, tool: str, settings: list[str], **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, team: str, tool: str, pairs: list[str], **options):  # type: ignore[no-untyped-def]
         found = Team.objects.filter(slug=team).first()
         if found is None:
             raise CommandError(f"No team {team!r}.")
         try:
             values = {}
-            for pair in settings:
+            for pair in pairs:
                 key, sep, raw = pair.partition("=")
                 if not sep:
                     raise ConfigurationError(f"{pair!r} is not KEY=VALUE")
