@@ -38,6 +38,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
+import rfc8785
 
 Category = Literal["validation", "authorization", "conflict", "dependency", "rate_limit", "internal"]
 CommitState = Literal["not_committed", "committed", "unknown"]
@@ -68,7 +69,20 @@ def parse_rfc3339(value: str | None) -> dt.datetime | None:
 # --- the input fingerprint -------------------------------------------------------------------
 
 
-def _json_default(value: Any) -> Any:
+def _jsonable(value: Any) -> Any:
+    """The input as plain JSON values: datetimes, dates and times become ISO 8601 strings,
+    Decimals and UUIDs strings, tuples lists; anything else without a JSON form is refused."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"cannot fingerprint a {type(key).__name__} key: JSON object keys are strings")
+            out[key] = _jsonable(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID):
@@ -77,22 +91,20 @@ def _json_default(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    """The canonical form the fingerprint hashes: sorted keys, no whitespace, UTF-8, no NaN.
+    """The RFC 8785 (JCS) canonical form the fingerprint hashes, as UTF-8 bytes (computed by
+    the `rfc8785` package): keys sorted by UTF-16 code units, no whitespace, numbers as
+    ECMAScript prints them (`1e+21`, `0.1`, `-0.0` -> `0`).
 
-    datetimes, dates and times become ISO 8601 strings, Decimals and UUIDs strings."""
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_json_default,
-    ).encode("utf-8")
+    Python values without a JSON form are converted first (datetimes, dates and times to ISO
+    8601 strings, Decimals and UUIDs to strings); NaN, infinities and integers beyond 2**53 are
+    refused (ValueError), as are other types (TypeError)."""
+    return rfc8785.dumps(_jsonable(value))
 
 
 def input_fingerprint(value: Any) -> str:
-    """Hex SHA-256 of the canonical JSON of a tool call's input (the attempt gate's
-    `input_fingerprint`): the same input always gives the same fingerprint."""
+    """Lowercase hex SHA-256 of the RFC 8785 canonical JSON of a tool call's input (the attempt
+    gate's `input_fingerprint`): the same input always gives the same fingerprint, here and on
+    the server, which recomputes it from `input`."""
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 

@@ -8,7 +8,7 @@ A guard
 
 1. fixes the `operation_ref` before the first write (pass the one you stored, or keep the
    generated `guard.operation_ref`, so that a retry of this operation uses it again);
-2. fingerprints the input (SHA-256 of its canonical JSON) and asks the attempt gate; a
+2. fingerprints the input (SHA-256 of its RFC 8785 canonical JSON) and asks the attempt gate; a
    refusal is an outcome, not an exception, and the call is not made;
 3. runs the call; whatever it raised, or an HTTP error response it returned, becomes an error
    envelope (see `holdpoint_sdk.envelopes`), anything else a success envelope;
