@@ -9,15 +9,20 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from approvals.models import Membership
 from approvals.services import reviewer_create, step_decide
 from envelopes import services
 from envelopes.configuration import api_key_create, error_code_upsert, team_create, tool_configure
 from envelopes.models import Team
 
 DEFAULT_PASSWORD = "holdpoint-demo"
+DEMO_USERS = (("reviewer", "admin"), ("reviewer2", "reviewer"), ("viewer", "viewer"))
 
 
 def _fingerprint(text: str) -> str:
@@ -32,23 +37,54 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, team: str, **options: Any) -> None:
         password = os.environ.get("HOLDPOINT_PASSWORD") or DEFAULT_PASSWORD
+        user_model = get_user_model()
+        names = [name for name, _ in DEMO_USERS]
+        taken = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        if len(taken) < len(DEMO_USERS):
+            try:
+                validate_password(password)
+            except ValidationError as error:
+                raise CommandError("HOLDPOINT_PASSWORD refused: " + " ".join(error.messages)) from None
         existing = Team.objects.filter(slug=team).first()
         demo_team = existing or team_create(slug=team, name="Demo team")
-        reviewer = reviewer_create(username="reviewer", password=password, team=demo_team, role="admin")
-        second = reviewer_create(username="reviewer2", password=password, team=demo_team, role="reviewer")
-        reviewer_create(username="viewer", password=password, team=demo_team, role="viewer")
+        users, roles = {}, []
+        for username, role in DEMO_USERS:
+            if username in taken:
+                # Never reset a password here: scripts/run runs demo on every start, and the
+                # user may have changed it (or be someone else's account of that name).
+                user = user_model.objects.get(username=username)
+                membership, _ = Membership.objects.get_or_create(user=user, team=demo_team, defaults={"role": role})
+                role = membership.role
+            else:
+                user = reviewer_create(username=username, password=password, team=demo_team, role=role)
+            users[username] = user
+            roles.append(f"{username} ({role})")
         if existing is None:
-            self._load(demo_team, reviewer, second)
+            self._load(demo_team, users["reviewer"], users["reviewer2"])
         key = api_key_create(team=demo_team, name=f"demo {timezone.now():%Y-%m-%d %H:%M}")
         base = settings.HOLDPOINT_BASE_URL.rstrip("/")
         self.stdout.write(
             f"Demo team:  {demo_team.slug}\n"
-            f"Reviewers:  reviewer (admin), reviewer2 (reviewer), viewer (viewer); password: {password}\n"
+            f"Reviewers:  {', '.join(roles)}\n"
+            f"Password:   {self._password_line(password, taken, demo_team.slug)}\n"
             f"Dashboard:  {base}/\n"
             f"API docs:   {base}/api/docs/\n"
             "API key (shown once):"
         )
         self.stdout.write(key.raw)
+
+    @staticmethod
+    def _password_line(password: str, taken: set[str], team: str) -> str:
+        if not taken:
+            return password
+        kept = ", ".join(name for name, _ in DEMO_USERS if name in taken)
+        if len(taken) == len(DEMO_USERS):
+            return (
+                f"unchanged: {kept} existed already and keep their passwords (to set one: "
+                f"python manage.py createreviewer reviewer --team {team} --role admin --reset-password)"
+            )
+        created = ", ".join(name for name, _ in DEMO_USERS if name not in taken)
+        return f"{password} for {created}; {kept} existed already and keep their passwords"
 
     def _load(self, team: Team, reviewer: Any, second: Any) -> None:
         now = timezone.now()
