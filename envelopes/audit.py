@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -94,29 +94,62 @@ def _seal_hash(seal: AuditSeal) -> str:
     )
 
 
+# How long a link may take from its INSERT to its COMMIT and still be sealed. Ids are handed
+# out at INSERT, so on PostgreSQL a link can become visible after a link with a higher id: a
+# seal that went on from the last id it saw would skip it for good. Each seal therefore looks
+# again at every link written since the last seal older than this delay, and records the chain
+# heads that are not sealed yet. Transactions here last milliseconds (a web worker is killed,
+# and its transaction rolled back, after 30 s); beat seals every minute, so a link committed
+# within SEAL_SETTLE minus a minute of its INSERT is always sealed.
+SEAL_SETTLE = timedelta(minutes=5)
+
+
 @transaction.atomic
-def audit_seal(*, team: Team) -> AuditSeal | None:
-    """Record the heads of every chain that moved since the team's last seal."""
+def audit_seal(*, team: Team, now: datetime | None = None) -> AuditSeal | None:
+    """Record the head of every chain that moved and is not sealed at that head yet."""
+    now = now or timezone.now()
     # Serialise sealers per team on the team row.
     Team.objects.select_for_update().get(pk=team.pk)
-    last = AuditSeal.objects.filter(team=team).order_by("-seq").first()
-    through = last.through_event_id if last else 0
-    moved = (
-        AuditEvent.objects.filter(team=team, id__gt=through).values("chain").annotate(seq=Max("seq"), last_id=Max("id"))
+    seals = AuditSeal.objects.filter(team=team)
+    last = seals.order_by("-seq").first()
+    settled = seals.filter(created_at__lte=now - SEAL_SETTLE).order_by("-seq").first()
+    # Heads the seals since `settled` recorded: a chain still at one of them needs no new seal.
+    sealed: dict[str, list[Any]] = {}
+    for recent in seals.filter(seq__gt=settled.seq if settled else 0).order_by("seq").only("heads"):
+        sealed.update(recent.heads)
+    return _seal_write(
+        team=team, last=last, since_id=settled.through_event_id if settled else 0, sealed=sealed, now=now
     )
+
+
+def _seal_write(
+    *, team: Team, last: AuditSeal | None, since_id: int, sealed: dict[str, list[Any]], now: datetime
+) -> AuditSeal | None:
+    moved = AuditEvent.objects.filter(team=team, id__gt=since_id).values("chain").annotate(last_id=Max("id")).order_by()
     rows = list(moved)
     if not rows:
         return None
+    # A chain's links are appended one at a time under its holder's row lock, each after the
+    # previous one committed: its link with the highest id is its head.
+    links = {
+        pk: [seq, link_hash]
+        for pk, seq, link_hash in AuditEvent.objects.filter(id__in=[row["last_id"] for row in rows]).values_list(
+            "id", "seq", "hash"
+        )
+    }
     heads = {}
     for row in rows:
-        link = AuditEvent.objects.only("hash").get(chain=row["chain"], seq=row["seq"])
-        heads[row["chain"]] = [row["seq"], link.hash]
+        head = links[row["last_id"]]
+        if sealed.get(row["chain"]) != head:
+            heads[row["chain"]] = head
+    if not heads:
+        return None
     seal = AuditSeal(
         team=team,
         seq=(last.seq + 1) if last else 1,
         heads=heads,
-        through_event_id=max(row["last_id"] for row in rows),
-        created_at=timezone.now(),
+        through_event_id=max([row["last_id"] for row in rows] + [last.through_event_id if last else 0]),
+        created_at=now,
         prev_hash=last.hash if last else GENESIS,
     )
     seal.hash = _seal_hash(seal)
