@@ -4,8 +4,9 @@
    by side never take the same one), counts the try and pushes `next_try_at` one lease ahead,
    and commits. No transaction is open while sending.
 2. `message_send` re-checks the URL (DNS re-resolved, every address public), signs the body
-   with this try's timestamp and POSTs it to a vetted address, with a timeout and without
-   following redirects.
+   with this try's timestamp and POSTs it to a vetted address, without following redirects,
+   within a hard wall-clock deadline (SEND_TIMEOUT for the whole try, however slowly the
+   receiver trickles its answer: `webhooks.deadline`). A try cut short is a failed try.
 3. `try_record` appends the DeliveryTry and moves the message: 2xx -> delivered; 410 ->
    the endpoint is disabled and its pending messages are dead; anything else -> the next try
    after the schedule's delay (with jitter, or later if Retry-After asks), or dead after the
@@ -31,6 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import ssrf
+from .deadline import deadline_passed, deadline_transport, try_deadline
 from .models import DeliveryTry, OutboxMessage
 from .services import endpoint_disable
 from .signing import signed_headers
@@ -44,7 +46,7 @@ RETRY_SCHEDULE = tuple(
 MAX_TRIES = len(RETRY_SCHEDULE) + 1
 JITTER = 0.1  # each delay is stretched or shrunk by up to 10 %
 LEASE = timedelta(minutes=5)  # far above a batch's sends (CLAIM_BATCH x SEND_TIMEOUT)
-SEND_TIMEOUT = 10.0
+SEND_TIMEOUT = 10.0  # a try's wall-clock deadline, connect to answer, every address included
 CLAIM_BATCH = 5
 SWEEP_BUDGET_SECONDS = 10.0
 MAX_ADDRESSES_TRIED = 3
@@ -149,10 +151,12 @@ def messages_claim(*, now: datetime | None = None, limit: int = CLAIM_BATCH) -> 
 # --- 2. send -----------------------------------------------------------------------------------
 
 
-def _error_text(error: BaseException, claimed: Claimed) -> str:
+def _error_text(error: BaseException, claimed: Claimed, *, timeout: float) -> str:
     """What went wrong, in words safe to show: never the URL (its path or query may be a
     credential) nor the secret."""
-    if isinstance(error, httpx.TimeoutException):
+    if deadline_passed():
+        text = f"timeout: no answer within {timeout:g} s ({type(error).__name__})"
+    elif isinstance(error, httpx.TimeoutException):
         text = f"timeout ({type(error).__name__})"
     else:
         text = f"{type(error).__name__}: {error}"
@@ -171,22 +175,28 @@ def sending_client(timeout: float = SEND_TIMEOUT) -> httpx.Client:
     connection is kept alive: each try connects to the address it has just vetted, and a
     connection pooled for one endpoint's host name is never reused for another's that shares
     its address. trust_env=False: no proxy from the environment may route around the pinned
-    address."""
+    address. Its transport ends every operation at the try's deadline (`message_send`)."""
     return httpx.Client(
         timeout=timeout,
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_keepalive_connections=0),
+        transport=deadline_transport(),
     )
 
 
 def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT, client: httpx.Client | None = None) -> SendResult:
-    """One try: re-check the target, sign, POST to a vetted address. Never raises for the
-    receiver's faults; they are the result. `client`: the sweep's (sending_client); without
+    """One try: re-check the target, sign, POST to a vetted address, all within `timeout`
+    seconds of wall-clock time (only a DNS lookup that hangs can outlast it). Never raises for
+    the receiver's faults; they are the result. `client`: the sweep's (sending_client); without
     one, the try builds its own."""
     if client is None:
         with sending_client(timeout) as own:
             return message_send(claimed, timeout=timeout, client=own)
+    with try_deadline(timeout):
+        return _send(claimed, timeout=timeout, client=client)
+
+
+def _send(claimed: Claimed, *, timeout: float, client: httpx.Client) -> SendResult:
     tried_at = timezone.now()
     try:
         target = ssrf.url_check(claimed.url)
@@ -238,7 +248,7 @@ def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT, client: htt
     return SendResult(
         tried_at=tried_at,
         latency_ms=int((time.perf_counter() - started) * 1000),
-        error=_error_text(last_error, claimed),
+        error=_error_text(last_error, claimed, timeout=timeout),
     )
 
 

@@ -119,3 +119,54 @@ def fake_resolver(mapping: dict[str, list[str]]):  # type: ignore[no-untyped-def
         return real(host, port, *args, **kwargs)
 
     return getaddrinfo
+
+
+class TricklingReceiver:
+    """A receiver that answers one byte at a time, `interval` seconds apart, for `duration`
+    seconds: no single read ever waits long, yet the answer never ends in time."""
+
+    def __init__(self, *, interval: float = 0.3, duration: float = 60.0) -> None:
+        self.interval = interval
+        self.duration = duration
+        self.connections = 0
+        self.closed = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, path: str = "/hooks/slow") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"." * 10_000
+        started = time.monotonic()
+        with conn:
+            try:
+                conn.recv(65536)  # the request (headers and the small body)
+                for byte in answer:
+                    if self.closed.is_set() or time.monotonic() - started > self.duration:
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.interval)
+            except OSError:
+                return  # the client gave up: what the deadline is for
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def trickling_receiver() -> Iterator[TricklingReceiver]:
+    server = TricklingReceiver()
+    yield server
+    server.close()
