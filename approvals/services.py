@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from envelopes import services as step_services
 from envelopes.configuration import NewApiKey, api_key_create, api_keys_revoke
-from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
+from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import ApiKey, Step, Team, Tool
 from envelopes.presenters import rfc3339, step_representation
 from webhooks.outbox import event_emit
@@ -33,6 +33,10 @@ class DecisionRefused(Exception):
     def __init__(self, message: str, *, already_decided: bool = False) -> None:
         super().__init__(message)
         self.already_decided = already_decided
+
+
+class ToolNoLongerHalted(DecisionRefused):
+    """A cancel-all found the tool resumed: before it started, or part way."""
 
 
 def reviewer_create(*, username: str, password: str, team: Team, role: str) -> User:
@@ -139,33 +143,94 @@ def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: User, reason: str 
     )
 
 
-def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) -> int:
+# A cancel-all of more held steps than this runs in a Celery task (approvals.tasks): a request
+# cancelling thousands of steps, one transaction each, would outlive the web worker's timeout.
+CANCEL_ALL_INLINE_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class CancelHeldResult:
+    cancelled: int  # steps cancelled by this call
+    queued: int = 0  # held steps left to the background task (approvals.tasks.cancel_held_steps)
+    resumed_midway: bool = False  # the tool was resumed (or its cooldown ran out) part way
+
+
+def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) -> CancelHeldResult:
     """One decision for a service-wide incident: cancel every held step of the tool.
 
-    Each step gets its own decision, transition and audit link, in its own transaction, so
-    a step decided meanwhile by someone else is simply skipped.
+    The halt is re-checked with the tool row locked: a tool resumed since the page was drawn
+    is "already decided" and nothing is cancelled. Each step then gets its own decision,
+    transition and audit link, in its own transaction that checks the halt again, so a step
+    decided meanwhile by someone else is skipped and a resume part way stops the rest. The
+    decision speaks for the steps held when it was made, not for steps held later. More than
+    CANCEL_ALL_INLINE_LIMIT steps are cancelled by a Celery task, queued when this commits.
     """
     _require_reviewer(actor, team)
-    if not reason.strip():
+    reason = reason.strip()
+    if not reason:
         raise DecisionRefused("A reason is required for this decision.")
     with transaction.atomic():
-        if not Tool.objects.select_for_update().get(pk=tool.pk).is_halted():
-            # A stale page: the incident is over, so one decision no longer speaks for every step.
-            raise DecisionRefused(
-                f"Already decided: {tool.name} is no longer halted. Decide its held steps one by one.",
-                already_decided=True,
+        _lock_halted_tool(tool)
+        held_ids = list(
+            Step.objects.for_team(team)
+            .held()
+            .filter(tool=tool)
+            .order_by("state_entered_at", "id")
+            .values_list("pk", flat=True)
+        )
+        if len(held_ids) > CANCEL_ALL_INLINE_LIMIT:
+            from .tasks import cancel_held_steps
+
+            task_args = {
+                "team_id": team.pk,
+                "tool_id": tool.pk,
+                "actor_id": actor.pk,
+                "reason": reason,
+                "step_ids": held_ids,
+            }
+            transaction.on_commit(lambda: cancel_held_steps.delay(**task_args))
+            logger.info(
+                "cancel-all of %d steps of %s (team %s) by %s queued",
+                len(held_ids),
+                tool.name,
+                team.slug,
+                actor.get_username(),
             )
+            return CancelHeldResult(cancelled=0, queued=len(held_ids))
+    return tool_cancel_steps_while_halted(team=team, tool=tool, actor=actor, reason=reason, step_ids=held_ids)
+
+
+def tool_cancel_steps_while_halted(
+    *, team: Team, tool: Tool, actor: User, reason: str, step_ids: list[int]
+) -> CancelHeldResult:
+    """Cancel the given steps of a halted tool, one transaction each (see above). Safe to run
+    again: a step no longer held is skipped."""
+    _require_reviewer(actor, team)
     cancelled = 0
-    held_ids = list(
-        Step.objects.for_team(team).filter(tool=tool, state__in=[s.value for s in HELD]).values_list("pk", flat=True)
-    )
-    for step_id in held_ids:
+    for step_id in step_ids:
         try:
-            result = step_decide(team=team, step_id=step_id, actor=actor, action="cancel", reason=reason)
-        except DecisionRefused:
+            with transaction.atomic():
+                # The step first, then the tool: the order an envelope that halts the tool takes.
+                step_services.step_lock_for_decision(team=team, step_id=step_id)
+                _lock_halted_tool(tool)
+                result = step_decide(team=team, step_id=step_id, actor=actor, action="cancel", reason=reason)
+        except ToolNoLongerHalted:
+            logger.info("cancel-all of %s stopped after %d steps: the tool was resumed", tool.name, cancelled)
+            return CancelHeldResult(cancelled=cancelled, resumed_midway=True)
+        except (DecisionRefused, step_services.StepNotFound):
             continue
         cancelled += int(result.transitioned)
-    return cancelled
+    return CancelHeldResult(cancelled=cancelled)
+
+
+def _lock_halted_tool(tool: Tool) -> None:
+    if not Tool.objects.select_for_update().get(pk=tool.pk).is_halted():
+        # A stale page, or a resume part way: the incident is over, so one decision no longer
+        # speaks for every step.
+        raise ToolNoLongerHalted(
+            f"Already decided: {tool.name} is no longer halted. Decide its held steps one by one.",
+            already_decided=True,
+        )
 
 
 # --- a team's API keys (team admins) -------------------------------------------------------------

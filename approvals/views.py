@@ -368,7 +368,7 @@ def tool_cancel_held(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         messages.error(request, "A reason is required to cancel all held steps; nothing changed.")
         return _redirect(request, back)
     try:
-        cancelled = tool_cancel_held_steps(
+        result = tool_cancel_held_steps(
             team=found.team, tool=found, actor=request.user, reason=form.cleaned_data["reason"]  # type: ignore[arg-type]
         )
     except PermissionError as refused:
@@ -376,9 +376,25 @@ def tool_cancel_held(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     except DecisionRefused as refused:
         messages.error(request, str(refused))
         return _redirect(request, back)
-    noun = "step" if cancelled == 1 else "steps"
-    messages.success(request, f"Cancelled {cancelled} held {noun} of {found.name}.")
+    if result.queued:
+        messages.info(
+            request,
+            f"Cancelling {result.queued} held steps of {found.name}: under way in the background, each step "
+            "with its own audit entry. Reload this page to follow it; a resume stops it.",
+        )
+    elif result.resumed_midway:
+        messages.warning(
+            request,
+            f"{found.name} was resumed part way: cancelled {_steps(result.cancelled)}; the others stay held. "
+            "Decide them one by one.",
+        )
+    else:
+        messages.success(request, f"Cancelled {_steps(result.cancelled)} of {found.name}.")
     return _redirect(request, back)
+
+
+def _steps(count: int) -> str:
+    return f"{count} held step" if count == 1 else f"{count} held steps"
 
 
 # --- quarantine --------------------------------------------------------------------------------
