@@ -441,3 +441,6 @@ class AuditSeal(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "seq"], name="auditseal_unique_link")]
+
+
+from .events import DomainEvent  # noqa: E402, F401  (the core's event stream: envelopes/events.py)

@@ -1,0 +1,105 @@
+"""The core's domain-event stream: what happened to steps and tools, for the apps above.
+
+The core writes one DomainEvent per change it makes (a step's state changed, a reviewer decided,
+a tool halted or resumed) in the transaction of that change, then hands the event to every
+consumer that subscribed (`subscribe`, from an app's `AppConfig.ready()`). A consumer writes its
+own rows (an outbox, a watch) in that same transaction, so its work commits with the change or
+not at all, and never runs a network call in the request. The core imports no consumer: a new
+one (webhooks, notifications, ...) subscribes and changes nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
+
+
+class DomainEvent(models.Model):
+    """One event of the core, append-only. `data` is the event's body as the consumers get it
+    (for step events, the §4 step shape at the moment of the change)."""
+
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    type = models.CharField(max_length=40)  # step.state_changed, step.decided, tool.halted, tool.resumed
+    step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    # The tool's name, "" when none (events carry names, not ids; a step event's tool is its step's).
+    tool = models.CharField(max_length=100, blank=True)
+    data = models.JSONField(encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # A consumer (or a reader) replaying a step's events in order.
+            models.Index(fields=["step", "id"], name="domainevent_step_idx", condition=models.Q(step__isnull=False)),
+            # A team's stream, newest first.
+            models.Index(fields=["team", "-id"], name="domainevent_team_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("domain events are append-only")
+        super().save(*args, **kwargs)
+
+
+class Consumer(Protocol):
+    """Called in the caller's transaction with the event's fields (`data` already built)."""
+
+    def __call__(
+        self, *, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None
+    ) -> object: ...
+
+
+_consumers: list[Consumer] = []
+
+
+def subscribe(handler: Consumer) -> Consumer:
+    """Register a consumer (once; subscribing it again changes nothing). Returns it, so it can
+    decorate."""
+    if handler not in _consumers:
+        _consumers.append(handler)
+    return handler
+
+
+def consumers() -> tuple[Consumer, ...]:
+    return tuple(_consumers)
+
+
+def _tool_name(event_type: str, data: dict[str, Any]) -> str | None:
+    if event_type.startswith("tool."):
+        return data.get("tool")
+    step = data.get("step")
+    return step.get("tool") if isinstance(step, dict) else None
+
+
+def event_emit(
+    *,
+    team_id: int,
+    event_type: str,
+    data: dict[str, Any] | Callable[[], dict[str, Any]],
+    step_id: int | None = None,
+) -> int:
+    """Append the event in the caller's transaction and hand it to every consumer; returns the
+    event's id. `data` may be a callable (built once here, for all consumers)."""
+    if callable(data):
+        data = data()
+    event = DomainEvent(
+        team_id=team_id,
+        type=event_type,
+        step_id=step_id,
+        tool=_tool_name(event_type, data) or "",
+        data=data,
+        created_at=timezone.now(),
+    )
+    event.save(force_insert=True)
+    for consumer in _consumers:
+        consumer(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
+    return event.pk
