@@ -158,11 +158,13 @@ class _ClientBase:
         run_id: str | None,
         correlation_id: str | None,
         idempotency_key: str | None,
+        input: Mapping[str, Any] | None = None,
     ) -> _Call:
         body = _drop_none(
             {
                 "tool": tool,
                 "input_fingerprint": input_fingerprint,
+                "input": input,
                 "run_id": run_id,
                 "correlation_id": correlation_id,
             }
@@ -359,9 +361,16 @@ class Holdpoint(_ClientBase):
         run_id: str | None = None,
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> AttemptGrant:
-        """The attempt gate: ask before every write. Raises AttemptRefused when refused."""
-        call = self._attempt_call(operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key)
+        """The attempt gate: ask before every write. Raises AttemptRefused when refused.
+
+        `input` (contract v1.1) is the tool call's input itself, for the reviewer to see; the
+        server checks that it hashes to `input_fingerprint`. Leave it out for input that must
+        not leave the agent (and for a server older than v1.1, which refuses the field)."""
+        call = self._attempt_call(
+            operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key, input
+        )
         return cast(AttemptGrant, self._fetch(call))
 
     def report_verification(
@@ -606,8 +615,11 @@ class AsyncHoldpoint(_ClientBase):
         run_id: str | None = None,
         correlation_id: str | None = None,
         idempotency_key: str | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> AttemptGrant:
-        call = self._attempt_call(operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key)
+        call = self._attempt_call(
+            operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key, input
+        )
         return cast(AttemptGrant, await self._fetch(call))
 
     async def report_verification(

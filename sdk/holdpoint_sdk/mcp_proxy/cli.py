@@ -1,0 +1,112 @@
+"""`holdpoint-mcp`: the command line of the recovery proxy.
+
+    holdpoint-mcp --upstream "python my_server.py --flag" [--config holdpoint-mcp.toml]
+    holdpoint-mcp --upstream-url https://tools.example/mcp
+    holdpoint-mcp [options] -- python my_server.py --flag
+
+Holdpoint is found through HOLDPOINT_URL and HOLDPOINT_API_KEY (or --url / --api-key), the run
+id through HOLDPOINT_RUN_ID (default: one per proxy process). stdout is the MCP channel:
+everything the proxy says goes to stderr (HOLDPOINT_MCP_LOG=info for more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+
+from .config import SEND_INPUT_CHOICES, ConfigError, ProxyConfig, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="holdpoint-mcp",
+        description="A recovery proxy between an MCP client and an MCP server: every tools/call goes "
+        "through Holdpoint's attempt gate and is reported as an envelope.",
+    )
+    upstream = parser.add_argument_group("the upstream MCP server (one of)")
+    upstream.add_argument("--upstream", metavar="CMD", help='its command line, launched over stdio ("CMD ARGS...")')
+    upstream.add_argument("--upstream-url", metavar="URL", help="its streamable HTTP endpoint")
+    parser.add_argument("--config", metavar="FILE", help="tool policies (TOML when it ends in .toml, else JSON)")
+    parser.add_argument("--url", help="Holdpoint's base URL (default: $HOLDPOINT_URL)")
+    parser.add_argument("--api-key", help="a Holdpoint API key, hp_... (default: $HOLDPOINT_API_KEY)")
+    parser.add_argument("--run-id", help="groups this session's steps (default: $HOLDPOINT_RUN_ID, else a new one)")
+    parser.add_argument("--hold-wait", type=float, metavar="SECONDS", help="wait for a reviewer's decision this long")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="an upstream call slower than this times out")
+    parser.add_argument("--send-input", choices=SEND_INPUT_CHOICES, help="send the input with each attempt")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the upstream command line")
+    return parser
+
+
+def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ProxyConfig:
+    """The proxy's settings from its command line, environment and config file; SystemExit
+    (status 2, a message on stderr) when they cannot work."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.upstream:
+        if command:
+            parser.error("give the upstream either with --upstream or after --, not both")
+        command = shlex.split(args.upstream)
+    if bool(command) == bool(args.upstream_url):
+        parser.error("name one upstream: --upstream CMD (or -- CMD ARGS...) or --upstream-url URL")
+    url = args.url or environ.get("HOLDPOINT_URL", "")
+    api_key = args.api_key or environ.get("HOLDPOINT_API_KEY", "")
+    if not url:
+        parser.error("Holdpoint's URL is needed: set HOLDPOINT_URL or pass --url")
+    if not api_key:
+        parser.error("a Holdpoint API key is needed: set HOLDPOINT_API_KEY or pass --api-key")
+    run_id = args.run_id or environ.get("HOLDPOINT_RUN_ID") or f"mcp-{uuid.uuid4().hex[:12]}"
+    if len(run_id) > 200 or not run_id.isprintable():
+        parser.error("the run id is 1..200 printable characters")
+    try:
+        settings = load_settings(args.config) if args.config else {}
+    except ConfigError as error:
+        parser.error(f"--config: {error}")
+    if args.hold_wait is not None:
+        if args.hold_wait < 0:
+            parser.error("--hold-wait: at least 0 seconds")
+        settings["hold_wait_s"] = args.hold_wait
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            parser.error("--timeout: above 0 seconds")
+        settings["call_timeout_s"] = args.timeout
+    if args.send_input:
+        settings["send_input"] = args.send_input
+    return ProxyConfig(
+        url=url,
+        api_key=api_key,
+        run_id=run_id,
+        upstream_command=tuple(command),
+        upstream_url=args.upstream_url,
+        **settings,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = config_from_args(argv, os.environ)
+    level = os.environ.get("HOLDPOINT_MCP_LOG", "warning").upper()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level, logging.WARNING),
+        format="holdpoint-mcp %(levelname)s %(message)s",
+    )
+    import anyio
+
+    from .server import serve
+
+    try:
+        anyio.run(serve, config)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

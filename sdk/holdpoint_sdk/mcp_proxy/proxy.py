@@ -1,0 +1,631 @@
+"""The recovery proxy: every guarded `tools/call` goes through Holdpoint's attempt gate, and its
+result is reported as an envelope; everything else is passed to the upstream server unchanged.
+
+For one guarded call the proxy
+
+1. fixes the `operation_ref`: the client's `_meta["dev.holdpoint/operation_ref"]` when it sends
+   one, else `<run_id>/<tool>/<first 32 hex of the input fingerprint>`, so that an identical
+   retry is the same step (and a committed write is refused `already_committed`);
+2. asks the attempt gate with the input's RFC 8785 fingerprint (and the input itself, when the
+   server takes it); a refusal is answered with an `isError` result saying what the directive
+   says, and the upstream is not called;
+3. on a grant calls the upstream (passing `dev.holdpoint/*` keys in `_meta`), turns what came
+   back into an envelope and posts it with an Idempotency-Key:
+   - a `structuredContent` that is an envelope goes as the `mcp` dialect (the proxy fills in
+     `tool`, `operation_ref`, `run_id` and `attempt` where the upstream left them out);
+   - any other result is a success (a write that returned has committed);
+   - a bare error result, an MCP error or a timeout is classified like the SDK's guard: on a
+     tool with side effects it is `unknown` (verify), without side effects a retry later;
+4. answers the upstream's result with Holdpoint's directive added: under `holdpoint` in
+   `structuredContent`, in `_meta["dev.holdpoint/directive"]`, and as one text line.
+
+A `hold` may be waited for (`hold_wait_s`): after an approval the proxy asks the gate again and
+the client receives the real result. A `verify` calls the tool's `verification_tool` upstream
+with the `operation_ref` and reports what it found. The proxy keeps no state of its own:
+everything it needs next time is in Holdpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from ..client import AsyncHoldpoint
+from ..envelopes import Failure, input_fingerprint, now_utc, success_envelope
+from ..errors import (
+    AttemptRefused,
+    DecisionTimeout,
+    HoldpointError,
+    HoldpointUnavailable,
+    ServerError,
+    Throttled,
+    ValidationFailed,
+)
+from ..types import Directive, Step, VerificationOutcome
+from .config import ProxyConfig
+
+logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
+
+META = "dev.holdpoint/"
+META_OPERATION_REF = META + "operation_ref"
+META_RUN_ID = META + "run_id"
+META_ATTEMPT = META + "attempt"
+META_APPROVED = META + "approved"
+META_DIRECTIVE = META + "directive"
+# A JSON body of the mcp dialect must stay under Holdpoint's 64 KiB: big content is left out.
+MAX_REPORTED_CONTENT = 16 * 1024
+MAX_REPORTED_RESULT = 16 * 1024
+MAX_MESSAGE = 500
+MAX_ROUNDS = 6  # gate -> call -> report rounds in one tools/call (waits for a reviewer included)
+_UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)
+
+
+class Upstream(Protocol):
+    """What the proxy needs of the upstream connection (an MCP ClientSession)."""
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+        """Send one request; its raw result (wire names). Raises MCPError, TimeoutError."""
+        ...
+
+
+class _RawRequest(types.Request[dict[str, Any] | None, str]):
+    """Any request, its params passed as they came (the typed requests would drop what they
+    do not model)."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class SessionUpstream:
+    """An MCP `ClientSession` as the proxy's upstream: raw requests, raw results."""
+
+    def __init__(self, session: Any) -> None:
+        from pydantic import TypeAdapter
+
+        self.session = session
+        self._raw = TypeAdapter(dict[str, Any])
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+        request = _RawRequest(method=method, params=dict(params) if params is not None else None)
+        try:
+            result: dict[str, Any] = await self.session.send_request(
+                request, self._raw, request_read_timeout_seconds=timeout
+            )
+        except MCPError as error:
+            if error.code == types.REQUEST_TIMEOUT:
+                raise TimeoutError(error.message) from error
+            raise
+        return result
+
+
+def _forwardable(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The client's params as the upstream gets them: no progress token (the upstream's progress
+    could not reach the client through this session)."""
+    if params is None:
+        return None
+    out = dict(params)
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping):
+        kept = {key: value for key, value in meta.items() if key != "progressToken"}
+        if kept:
+            out["_meta"] = kept
+        else:
+            out.pop("_meta")
+    return out
+
+
+def _short(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text_of(result: Mapping[str, Any]) -> str:
+    parts = [block.get("text", "") for block in result.get("content") or [] if isinstance(block, Mapping)]
+    return " ".join(part for part in parts if isinstance(part, str)).strip()
+
+
+def _json_size(value: Any) -> int:
+    try:
+        return len(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError):
+        return -1
+
+
+def looks_like_envelope(value: Any) -> bool:
+    """A structuredContent that is a Holdpoint envelope (contract §2), not a plain result."""
+    return (
+        isinstance(value, Mapping)
+        and isinstance(value.get("ok"), bool)
+        and "commit_state" in value
+        and ("code" in value or value.get("ok") is True)
+    )
+
+
+def describe(directive: Mapping[str, Any], step: Mapping[str, Any] | None, operation_ref: str) -> str:
+    """One line a model can follow, from the directive alone (never from the tool's text)."""
+    action = directive.get("action")
+    reason = directive.get("reason") or ""
+    url = (step or {}).get("url")
+    where = f" at {url}" if url else ""
+    if action == "proceed":
+        return f"Holdpoint: step {operation_ref} may proceed ({reason})."
+    if action == "stop":
+        state = (step or {}).get("state")
+        if state == "succeeded" or reason in ("committed", "verified_committed", "already_committed"):
+            return f"Holdpoint: step {operation_ref} is done (committed); do not call this tool again for it."
+        return f"Holdpoint: step {operation_ref} is closed ({reason}); do not call this tool again for it."
+    if action == "wait":
+        return (
+            f"Holdpoint: wait until {directive.get('not_before') or 'later'}, then call again with the same "
+            f"input ({reason})."
+        )
+    if action == "verify":
+        return (
+            f"Holdpoint: the outcome of step {operation_ref} is unknown; do not call again: it is being "
+            f"verified{where} ({reason})."
+        )
+    if action == "fix_input":
+        details = ((step or {}).get("last_envelope") or {}).get("safe_details") or {}
+        field = details.get("field")
+        blame = f" (field: {field})" if isinstance(field, str) else ""
+        return f"Holdpoint: fix the input{blame} and call again; the same input will be refused ({reason})."
+    if action == "hold":
+        return f"Holdpoint: held for a reviewer{where}; do not call again until it is decided ({reason})."
+    return f"Holdpoint: {action} ({reason})."
+
+
+@dataclass
+class _Call:
+    """One client tools/call, as the proxy carries it from gate to report."""
+
+    tool: str
+    arguments: dict[str, Any]
+    client_meta: dict[str, Any]
+    operation_ref: str
+    run_id: str
+    fingerprint: str
+    attempt: int | None = None
+    step: Step | None = None
+    approved: bool = False
+
+
+class HoldpointProxy:
+    """The tools/call logic, given a Holdpoint client and the upstream connection."""
+
+    def __init__(self, config: ProxyConfig, holdpoint: AsyncHoldpoint, upstream: Upstream) -> None:
+        self.config = config
+        self.holdpoint = holdpoint
+        self.upstream = upstream
+        # What the server answered about `input` (a v1 server refuses the field): a cache,
+        # relearned after a restart, never state Holdpoint depends on.
+        self.server_takes_input: bool | None = None
+        self.closed_schemas: set[str] = set()  # tools whose outputSchema forbids extra keys
+
+    # --- pass-through ---------------------------------------------------------------------
+
+    async def forward(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        result = await self.upstream.request(method, _forwardable(params), None)
+        if method == "tools/list":
+            self._note_schemas(result)
+        return result
+
+    def _note_schemas(self, listing: Mapping[str, Any]) -> None:
+        for tool in listing.get("tools") or []:
+            if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
+                continue
+            schema = tool.get("outputSchema")
+            if isinstance(schema, Mapping) and schema.get("additionalProperties") is False:
+                self.closed_schemas.add(tool["name"])
+            else:
+                self.closed_schemas.discard(tool["name"])
+
+    # --- tools/call -----------------------------------------------------------------------
+
+    async def call_tool(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise MCPError(types.INVALID_PARAMS, "tools/call needs a tool name")
+        policy = self.config.policy(name)
+        if not policy.guarded:
+            return await self.forward("tools/call", params)
+        arguments = params.get("arguments") or {}
+        if not isinstance(arguments, Mapping):
+            raise MCPError(types.INVALID_PARAMS, "tools/call arguments must be an object")
+        raw_meta = params.get("_meta")
+        client_meta = dict(raw_meta) if isinstance(raw_meta, Mapping) else {}
+        try:
+            fingerprint = input_fingerprint(arguments)
+        except (TypeError, ValueError) as error:
+            return self._local_error(f"Holdpoint: the input cannot be fingerprinted ({error}); the call was not made.")
+        call = _Call(
+            tool=name,
+            arguments=dict(arguments),
+            client_meta=client_meta,
+            operation_ref="",
+            run_id=self._run_id(client_meta),
+            fingerprint=fingerprint,
+        )
+        call.operation_ref = self._operation_ref(call)
+        try:
+            return await self._guarded(call)
+        except HoldpointUnavailable as error:
+            return self._local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
+
+    def _run_id(self, meta: Mapping[str, Any]) -> str:
+        run_id = meta.get(META_RUN_ID)
+        if isinstance(run_id, str) and 1 <= len(run_id) <= 200 and run_id.isprintable():
+            return run_id
+        return self.config.run_id
+
+    def _operation_ref(self, call: _Call) -> str:
+        given = call.client_meta.get(META_OPERATION_REF)
+        if isinstance(given, str) and 1 <= len(given) <= 200 and given.isprintable():
+            return given
+        ref = f"{call.run_id}/{call.tool}/{call.fingerprint[:32]}"
+        if len(ref) > 200:
+            digest = hashlib.sha256(f"{call.run_id}\0{call.tool}\0{call.fingerprint}".encode()).hexdigest()
+            ref = f"{call.tool[:100]}/{digest}"
+        return ref
+
+    async def _guarded(self, call: _Call) -> dict[str, Any]:
+        policy = self.config.policy(call.tool)
+        waited = 0.0
+        hold_wait = self.config.hold_wait(call.tool)
+        for _ in range(MAX_ROUNDS):
+            try:
+                grant = await self._ask_gate(call)
+            except AttemptRefused as refusal:
+                step, directive = refusal.step, refusal.directive
+                if directive["action"] == "verify" and policy.verification_tool:
+                    verified = await self._verify(call, policy.verification_tool)
+                    if verified is not None:
+                        step, directive = verified
+                        if directive["action"] == "proceed":
+                            continue  # not found, trusted: the gate grants another attempt
+                if directive["action"] == "hold" and waited < hold_wait:
+                    decided, spent = await self._wait(call, hold_wait - waited)
+                    waited += spent
+                    if decided is not None:
+                        step, directive = decided, decided["directive"]
+                        if directive["action"] == "proceed":
+                            self._take_approved_input(call, directive)
+                            continue
+                return self._refused(call, refusal.code, step, directive)
+            call.attempt, call.step = grant["attempt"], grant["step"]
+            call.approved = _approved(grant["step"], call.fingerprint)
+            result, failure, envelope, dialect = await self._run(call, policy.side_effects)
+            step, directive, reported = await self._report(call, envelope, dialect)
+            if reported and directive["action"] == "verify" and policy.verification_tool:
+                verified = await self._verify(call, policy.verification_tool)
+                if verified is not None:
+                    step, directive = verified
+            if reported and directive["action"] == "hold" and waited < hold_wait:
+                decided, spent = await self._wait(call, hold_wait - waited)
+                waited += spent
+                if decided is not None and decided["directive"]["action"] == "proceed":
+                    self._take_approved_input(call, decided["directive"])
+                    continue
+                if decided is not None:
+                    step, directive = decided, decided["directive"]
+            return self._answer(call, result, failure, step, directive, reported=reported)
+        return self._local_error(f"Holdpoint: step {call.operation_ref} did not settle; call again later.")
+
+    def _take_approved_input(self, call: _Call, directive: Mapping[str, Any]) -> None:
+        """After an approval with an edited input (contract v1.1), the approved input runs."""
+        approved = directive.get("input")
+        if isinstance(approved, Mapping):
+            call.arguments = dict(approved)
+            call.fingerprint = input_fingerprint(call.arguments)
+
+    async def _ask_gate(self, call: _Call) -> Any:
+        send_input = self.config.send_input == "always" or (
+            self.config.send_input == "auto" and self.server_takes_input is not False
+        )
+        try:
+            return await self.holdpoint.request_attempt(
+                call.operation_ref,
+                tool=call.tool,
+                input_fingerprint=call.fingerprint,
+                input=call.arguments if send_input else None,
+                run_id=call.run_id,
+                idempotency_key="att_" + uuid.uuid4().hex,
+            )
+        except ValidationFailed as error:
+            refused_input = any(e.get("field") == "input" for e in error.errors)
+            if not (send_input and refused_input and self.config.send_input == "auto"):
+                raise
+            logger.info("Holdpoint does not take `input` on attempts (contract v1); sending fingerprints only")
+            self.server_takes_input = False
+            return await self._ask_gate(call)
+
+    async def _wait(self, call: _Call, seconds: float) -> tuple[Step | None, float]:
+        started = self.holdpoint._clock()
+        try:
+            step = await self.holdpoint.wait_for_decision(
+                call.operation_ref, timeout=seconds, initial_interval=0.25, max_interval=5.0
+            )
+        except DecisionTimeout:
+            step = None
+        return step, self.holdpoint._clock() - started
+
+    # --- the upstream call ----------------------------------------------------------------
+
+    def _upstream_meta(self, call: _Call) -> dict[str, Any]:
+        meta = {
+            key: value
+            for key, value in call.client_meta.items()
+            if key != "progressToken" and not key.startswith(META)  # the proxy owns its namespace
+        }
+        meta[META_OPERATION_REF] = call.operation_ref
+        meta[META_RUN_ID] = call.run_id
+        if call.attempt is not None:
+            meta[META_ATTEMPT] = call.attempt
+        if call.approved:
+            meta[META_APPROVED] = True
+        return meta
+
+    async def _run(
+        self, call: _Call, side_effects: bool
+    ) -> tuple[dict[str, Any] | None, Failure | None, dict[str, Any], str]:
+        """Call the upstream once; (result, failure, envelope to post, dialect)."""
+        params = {"name": call.tool, "arguments": call.arguments, "_meta": self._upstream_meta(call)}
+        timeout = self.config.call_timeout(call.tool)
+        try:
+            result = await self.upstream.request("tools/call", params, timeout)
+        except TimeoutError:
+            failure = _timeout_failure(timeout, side_effects, self.holdpoint.default_retry_delay)
+            return None, failure, self._error_envelope(call, failure), "canonical"
+        except MCPError as error:
+            failure = _mcp_error_failure(error, side_effects)
+            return None, failure, self._error_envelope(call, failure), "canonical"
+        except Exception as error:  # the connection broke mid-call: it may have written
+            logger.warning("upstream call failed: %r", error)
+            failure = _broken_failure(error, side_effects)
+            return None, failure, self._error_envelope(call, failure), "canonical"
+        structured = result.get("structuredContent")
+        if looks_like_envelope(structured):
+            return result, None, self._mcp_envelope(call, result), "mcp"
+        if result.get("isError"):
+            failure = _bare_error_failure(_text_of(result), side_effects)
+            return result, failure, self._error_envelope(call, failure), "canonical"
+        reported = structured if structured is not None and 0 <= _json_size(structured) <= MAX_REPORTED_RESULT else None
+        envelope = success_envelope(
+            tool=call.tool,
+            operation_ref=call.operation_ref,
+            occurred_at=now_utc(),
+            result=reported,
+            attempt=call.attempt,
+            run_id=call.run_id,
+        )
+        return result, None, envelope, "canonical"
+
+    def _error_envelope(self, call: _Call, failure: Failure) -> dict[str, Any]:
+        step = call.step
+        remaining = (step["max_attempts"] - step["attempts"]) if step else 0
+        return failure.envelope(
+            tool=call.tool,
+            operation_ref=call.operation_ref,
+            attempts_remaining=remaining,
+            occurred_at=now_utc(),
+            attempt=call.attempt,
+            run_id=call.run_id,
+        )
+
+    def _mcp_envelope(self, call: _Call, result: Mapping[str, Any]) -> dict[str, Any]:
+        inner = dict(result["structuredContent"])
+        for key, value in (
+            ("tool", call.tool),
+            ("operation_ref", call.operation_ref),
+            ("run_id", call.run_id),
+            ("attempt", call.attempt),
+        ):
+            if key not in inner and value is not None:
+                inner[key] = value
+        content = result.get("content") or []
+        if _json_size(content) < 0 or _json_size(content) > MAX_REPORTED_CONTENT:
+            content = []  # content blocks are MCP's business; Holdpoint keeps the envelope
+        body: dict[str, Any] = {"content": content, "structuredContent": inner}
+        if "isError" in result:
+            body["isError"] = bool(result["isError"])
+        return body
+
+    # --- reporting ------------------------------------------------------------------------
+
+    async def _report(self, call: _Call, envelope: dict[str, Any], dialect: str) -> tuple[Step | None, Directive, bool]:
+        key = "env_" + hashlib.sha256(f"{call.operation_ref}\0{call.attempt}\0{uuid.uuid4()}".encode()).hexdigest()[:40]
+        try:
+            answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)  # type: ignore[arg-type]
+        except ValidationFailed as error:
+            # A malformed envelope from the upstream: Holdpoint kept it in quarantine and
+            # escalated the step; what the step says now is the directive.
+            logger.warning("Holdpoint refused the envelope: %s %s", error.code, error.errors)
+            step = await self.holdpoint.get_step(call.operation_ref)
+            return step, step["directive"], True
+        except _UNDELIVERED as error:
+            logger.warning("the envelope was not delivered: %s", error.detail)
+            directive: Directive = {
+                "action": "verify",
+                "may_write": False,
+                "not_before": None,
+                "reason": "attempt_unreported",
+            }
+            return call.step, directive, False
+        return answer["step"], answer["directive"], True
+
+    async def _verify(self, call: _Call, verification_tool: str) -> tuple[Step, Directive] | None:
+        """Look the write up with the upstream's verification tool and report what it found."""
+        params = {
+            "name": verification_tool,
+            "arguments": {"operation_ref": call.operation_ref},
+            "_meta": {META_OPERATION_REF: call.operation_ref, META_RUN_ID: call.run_id},
+        }
+        evidence: str | None = None
+        outcome: VerificationOutcome | None
+        try:
+            found = await self.upstream.request("tools/call", params, self.config.call_timeout(verification_tool))
+        except (TimeoutError, MCPError) as error:
+            logger.warning("verification tool %s failed: %r", verification_tool, error)
+            outcome = "unavailable"
+        else:
+            outcome, evidence = _verification_outcome(found)
+        if outcome is None:
+            logger.warning("verification tool %s gave no outcome; the step stays verifying", verification_tool)
+            return None
+        try:
+            answer = await self.holdpoint.report_verification(
+                call.operation_ref,
+                outcome=outcome,
+                evidence_ref=evidence,
+            )
+        except HoldpointError as error:
+            logger.warning("the verification report was refused: %s", error)
+            return None
+        return answer["step"], answer["directive"]
+
+    # --- answers to the client ------------------------------------------------------------
+
+    def _holdpoint_block(
+        self, call: _Call, step: Mapping[str, Any] | None, directive: Mapping[str, Any], **more: Any
+    ) -> dict[str, Any]:
+        block = {
+            "operation_ref": call.operation_ref,
+            "run_id": call.run_id,
+            "attempt": call.attempt,
+            "state": (step or {}).get("state"),
+            "step_url": (step or {}).get("url"),
+            "directive": dict(directive),
+        }
+        block.update(more)
+        return block
+
+    def _decorate(self, call: _Call, result: dict[str, Any], block: dict[str, Any], line: str) -> dict[str, Any]:
+        out = dict(result)
+        out["content"] = [*(result.get("content") or []), {"type": "text", "text": line}]
+        structured = result.get("structuredContent")
+        if call.tool not in self.closed_schemas or result.get("isError"):
+            if structured is None:
+                out["structuredContent"] = {"holdpoint": block}
+            elif isinstance(structured, Mapping) and "holdpoint" not in structured:
+                out["structuredContent"] = {**structured, "holdpoint": block}
+        meta = dict(result.get("_meta") or {})
+        meta[META_DIRECTIVE] = block
+        out["_meta"] = meta
+        return out
+
+    def _refused(self, call: _Call, code: str, step: Step | None, directive: Mapping[str, Any]) -> dict[str, Any]:
+        block = self._holdpoint_block(call, step, directive, refused=code)
+        line = describe(directive, step, call.operation_ref) + " The tool was not called."
+        return self._decorate(call, {"content": [], "isError": True}, block, line)
+
+    def _answer(
+        self,
+        call: _Call,
+        result: dict[str, Any] | None,
+        failure: Failure | None,
+        step: Step | None,
+        directive: Directive,
+        *,
+        reported: bool,
+    ) -> dict[str, Any]:
+        block = self._holdpoint_block(call, step, directive, reported=reported)
+        line = describe(directive, step, call.operation_ref)
+        if not reported:
+            line += " (Holdpoint could not be told of this call; its next attempt will ask for verification.)"
+        if result is None:
+            # No result came back (timeout, MCP error, broken connection).
+            assert failure is not None
+            committed = step is not None and step["state"] == "succeeded"
+            what = failure.agent_message or failure.code
+            text = f"The tool call did not answer normally ({what})."
+            if committed:
+                text += " Holdpoint verified that it committed."
+            return self._decorate(
+                call, {"content": [{"type": "text", "text": text}], "isError": not committed}, block, line
+            )
+        return self._decorate(call, result, block, line)
+
+    def _local_error(self, text: str) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _approved(step: Mapping[str, Any], fingerprint: str) -> bool:
+    """A reviewer approved this step (for this input, when the approval names one)."""
+    for decision in reversed(step.get("decisions") or []):
+        if decision.get("action") == "approve":
+            bound = decision.get("input_fingerprint")
+            return bound in (None, fingerprint)
+    return False
+
+
+def _verification_outcome(found: Mapping[str, Any]) -> tuple[VerificationOutcome | None, str | None]:
+    """(outcome, evidence_ref) from a verification tool's result: `{"outcome": committed |
+    not_found | unavailable, "evidence_ref"?}` or `{"found": bool, "evidence_ref"?}`."""
+    if found.get("isError"):
+        return "unavailable", None
+    data = found.get("structuredContent")
+    if not isinstance(data, Mapping):
+        return None, None
+    evidence = data.get("evidence_ref")
+    evidence = evidence if isinstance(evidence, str) and 1 <= len(evidence) <= 200 else None
+    outcome = data.get("outcome")
+    if outcome == "committed" or outcome == "not_found" or outcome == "unavailable":
+        return outcome, evidence
+    if isinstance(data.get("found"), bool):
+        return ("committed" if data["found"] else "not_found"), evidence
+    return None, None
+
+
+def _timeout_failure(timeout: float, side_effects: bool, default_delay: float) -> Failure:
+    message = f"the MCP server did not answer within {timeout:g}s"
+    if side_effects:
+        return Failure.outcome_unknown("UPSTREAM_TIMEOUT", agent_message=message + "; it may have committed")
+    not_before = now_utc() + dt.timedelta(seconds=default_delay)
+    return Failure.retry_later("UPSTREAM_TIMEOUT", not_before=not_before, category="dependency", agent_message=message)
+
+
+def _mcp_error_failure(error: MCPError, side_effects: bool) -> Failure:
+    message = _short(f"MCP error {error.code}: {error.message}")
+    if error.code == types.INVALID_PARAMS:
+        # Refused before the tool ran: the input is what to fix.
+        return Failure.invalid_input("INVALID_PARAMS", field="arguments", agent_message=message)
+    if error.code == types.METHOD_NOT_FOUND:
+        return Failure.escalate("TOOL_NOT_FOUND", category="validation", agent_message=message)
+    if side_effects:
+        return Failure.outcome_unknown("UPSTREAM_ERROR", agent_message=message + "; it may have committed")
+    return Failure.escalate("UPSTREAM_ERROR", category="dependency", agent_message=message)
+
+
+def _broken_failure(error: BaseException, side_effects: bool) -> Failure:
+    message = f"{type(error).__name__}: the connection to the MCP server broke during the call"
+    if side_effects:
+        return Failure.outcome_unknown("UPSTREAM_DISCONNECTED", agent_message=message + "; it may have committed")
+    return Failure.escalate("UPSTREAM_DISCONNECTED", category="dependency", agent_message=message)
+
+
+def _bare_error_failure(text: str, side_effects: bool) -> Failure:
+    message = _short("the tool reported an error" + (f": {text}" if text else ""))
+    if side_effects:
+        return Failure.outcome_unknown("TOOL_ERROR", category="internal", agent_message=message)
+    return Failure.escalate("TOOL_ERROR", category="internal", agent_message=message)
+
+
+__all__ = [
+    "META_APPROVED",
+    "META_ATTEMPT",
+    "META_DIRECTIVE",
+    "META_OPERATION_REF",
+    "META_RUN_ID",
+    "HoldpointProxy",
+    "SessionUpstream",
+    "Upstream",
+    "describe",
+    "looks_like_envelope",
+]
