@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "approvals",
     "webhooks",
     "metrics",
+    "limits",
 ]
 
 MIDDLEWARE = [
@@ -94,7 +95,8 @@ _cache_url = env.str("CACHE_URL", default="")
 if _cache_url.startswith(("redis://", "rediss://")):
     CACHES = {"default": {"BACKEND": "config.cache.HoldpointRedisCache", "LOCATION": _cache_url}}
 else:
-    # The throttle counts must be shared by every web process: a database table is.
+    # Shared by every web process. Its table is made by `migrate` (limits' migrations); the
+    # throttle windows and one-time claims have tables of their own, safe from its culling.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
@@ -217,6 +219,12 @@ CELERY_BEAT_SCHEDULE = {
     "rollup-metrics": {"task": "metrics.tasks.rollup_metrics", "schedule": 60.0},
     "purge-idempotency-keys": {"task": "envelopes.tasks.purge_idempotency_keys", "schedule": 3600.0},
 }
+# Webhook delivery has its own queue, so that deliveries never queue in front of the timer
+# sweeps. A worker started without -Q consumes both queues (`celery -A config worker --beat`
+# delivers and fires timers); `-Q celery --beat` and `-Q webhooks` split them (README).
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"celery": {}, "webhooks": {}}  # name: options
+CELERY_TASK_ROUTES = {"webhooks.tasks.deliver_due_messages": {"queue": "webhooks"}}
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)

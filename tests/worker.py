@@ -28,10 +28,23 @@ def test_database_url() -> str:
 
 
 class Worker:
-    def __init__(self, *, sweep_seconds: float = 0.5, broker_url: str | None = None, beat: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        sweep_seconds: float = 0.5,
+        broker_url: str | None = None,
+        beat: bool = True,
+        queues: str | None = None,
+        pool: str = "solo",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`queues`: the worker's -Q (None: the default, every queue); `env`: more settings."""
         self.sweep_seconds = sweep_seconds
         self.broker_url = broker_url or settings.CELERY_BROKER_URL
         self.beat = beat
+        self.queues = queues
+        self.pool = pool
+        self.extra_env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.log = ROOT / "var" / f"test-worker-{os.getpid()}.log"
 
@@ -42,8 +55,13 @@ class Worker:
             "CELERY_BROKER_URL": self.broker_url,
             "HOLDPOINT_SWEEP_SECONDS": str(self.sweep_seconds),
             "DJANGO_SETTINGS_MODULE": "config.settings",
+            **self.extra_env,
         }
-        args = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "-l", "info"]
+        args = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", self.pool, "-l", "info"]
+        if self.pool == "prefork":
+            args += ["--concurrency", "2"]
+        if self.queues:
+            args += ["-Q", self.queues]
         if self.beat:
             schedule = ROOT / "var" / f"test-beat-{os.getpid()}-{time.monotonic_ns()}"
             args += ["--beat", "-s", str(schedule)]

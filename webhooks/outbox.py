@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
@@ -56,12 +57,42 @@ def event_emit(
     return len(endpoint_ids)
 
 
+# While this key exists a delivery task is queued and has not started yet: it will claim every
+# message committed before it starts, so an event need not enqueue another. The task deletes
+# the key as it starts (an event committed after that enqueues one more); the timeout ends a
+# key whose task was lost. The cache is only a hint: without it, every event enqueues.
+DELIVERY_PENDING_KEY = "holdpoint:webhooks:delivery-pending"
+DELIVERY_PENDING_SECONDS = 30
+
+
 def enqueue_delivery() -> None:
-    """Ask a worker to deliver due messages now. Never raises: a broker outage must not
-    break the request that emitted the event (the outbox row is already committed)."""
+    """Ask a worker to deliver due messages now, unless a delivery task is already waiting to
+    start: a burst of events enqueues one task, not one per event. Never raises: a broker
+    outage must not break the request that emitted the event (the outbox row is already
+    committed, and beat's sweep delivers it)."""
     try:
+        if not _delivery_pending_mark():
+            return
         from .tasks import deliver_due_messages
 
         deliver_due_messages.apply_async(retry=False)
     except Exception:
+        delivery_pending_clear()  # nothing is queued: the next event must try again
         logger.warning("could not enqueue webhook delivery; the sweep will send it", exc_info=True)
+
+
+def _delivery_pending_mark() -> bool:
+    """True when this caller should enqueue (it set the mark, or the cache cannot say)."""
+    try:
+        return bool(cache.add(DELIVERY_PENDING_KEY, 1, timeout=DELIVERY_PENDING_SECONDS))
+    except Exception:
+        logger.warning("the cache is unavailable; enqueueing webhook delivery unmarked", exc_info=True)
+        return True
+
+
+def delivery_pending_clear() -> None:
+    """A delivery task has started (or none was queued): the next event enqueues again."""
+    try:
+        cache.delete(DELIVERY_PENDING_KEY)
+    except Exception:
+        logger.warning("the cache is unavailable; the delivery mark expires by itself", exc_info=True)

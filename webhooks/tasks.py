@@ -5,10 +5,13 @@ from __future__ import annotations
 from celery import shared_task
 
 from . import delivery
+from .outbox import delivery_pending_clear
 
 
 @shared_task
 def deliver_due_messages() -> int:
     """Beat's sweep (every HOLDPOINT_SWEEP_SECONDS), also enqueued after an event commits.
-    Sweeps may overlap: each message is claimed under SKIP LOCKED and leased."""
+    Runs on the `webhooks` queue (CELERY_TASK_ROUTES). Sweeps may overlap: each message is
+    claimed under SKIP LOCKED and leased."""
+    delivery_pending_clear()  # from here on, an event that commits enqueues a sweep again
     return delivery.deliver_due_messages()

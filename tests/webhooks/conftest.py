@@ -14,6 +14,7 @@ import pytest
 
 from envelopes.models import Team
 from webhooks.models import WebhookEndpoint
+from webhooks.outbox import delivery_pending_clear
 from webhooks.services import endpoint_create
 
 
@@ -77,6 +78,13 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_delivery_pending_mark() -> None:
+    """An earlier test's "delivery task queued" mark (the cache outlives tests) would keep the
+    next event from enqueueing."""
+    delivery_pending_clear()
 
 
 @pytest.fixture

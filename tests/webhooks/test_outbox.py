@@ -11,6 +11,7 @@ from tests.conftest import error_envelope
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import enqueue_delivery, event_emit
 from webhooks.services import endpoint_create
+from webhooks.tasks import deliver_due_messages
 
 
 def test_a_team_without_endpoints_queues_nothing_and_builds_no_body(team: Team) -> None:
@@ -82,3 +83,60 @@ def test_enqueue_delivery_swallows_any_error(monkeypatch) -> None:  # type: igno
     monkeypatch.setattr("webhooks.outbox.logger.warning", lambda message, **kw: warned.append(message))
     enqueue_delivery()
     assert warned and "could not enqueue" in warned[0]
+
+
+def test_a_burst_of_events_enqueues_one_delivery_task_until_it_starts(
+    team: Team, endpoint: WebhookEndpoint, django_capture_on_commit_callbacks, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    sent: list[dict] = []
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", lambda **kwargs: sent.append(kwargs))
+    monkeypatch.setattr("webhooks.delivery.deliver_due_messages", lambda: 0)
+    for _ in range(50):
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            event_emit(team_id=team.pk, event_type="tool.resumed", data={"tool": "x"})
+    assert OutboxMessage.objects.count() == 50
+    assert len(sent) == 1  # the queued task claims all fifty when it starts
+
+    deliver_due_messages.apply()  # the task starts: an event committed now may be missed by it
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        event_emit(team_id=team.pk, event_type="tool.resumed", data={"tool": "x"})
+    assert len(sent) == 2
+
+
+def test_a_failed_enqueue_leaves_no_mark_so_the_next_event_tries_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    calls: list[int] = []
+
+    def broker_down(**kwargs: object) -> None:
+        calls.append(1)
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", broker_down)
+    enqueue_delivery()
+    enqueue_delivery()
+    assert len(calls) == 2
+
+
+def test_without_a_cache_every_event_still_enqueues(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    sent: list[dict] = []
+
+    def cache_down(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("redis down")
+
+    monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", lambda **kwargs: sent.append(kwargs))
+    monkeypatch.setattr("webhooks.outbox.cache.add", cache_down)
+    monkeypatch.setattr("webhooks.outbox.cache.delete", cache_down)
+    enqueue_delivery()
+    enqueue_delivery()
+    assert len(sent) == 2
+
+
+def test_delivery_runs_on_its_own_queue_and_a_worker_without_q_consumes_both() -> None:
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    router = app.amqp.router
+    assert router.route({}, "webhooks.tasks.deliver_due_messages")["queue"].name == "webhooks"
+    assert router.route({}, "envelopes.tasks.sweep_due_steps")["queue"].name == "celery"
+    assert router.route({}, "metrics.tasks.rollup_metrics")["queue"].name == "celery"
+    # What `celery worker` without -Q consumes: both, so the documented command still delivers.
+    assert set(app.amqp.queues.consume_from) == {"celery", "webhooks"}
