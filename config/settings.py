@@ -38,7 +38,6 @@ INSTALLED_APPS = [
     "approvals",
     "webhooks",
     "metrics",
-    "limits",
 ]
 
 MIDDLEWARE = [
@@ -95,8 +94,7 @@ _cache_url = env.str("CACHE_URL", default="")
 if _cache_url.startswith(("redis://", "rediss://")):
     CACHES = {"default": {"BACKEND": "config.cache.HoldpointRedisCache", "LOCATION": _cache_url}}
 else:
-    # Shared by every web process. Its table is made by `migrate` (limits' migrations); the
-    # throttle windows and one-time claims have tables of their own, safe from its culling.
+    # The throttle counts must be shared by every web process: a database table is.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
