@@ -3,16 +3,24 @@
 Creating an API key or a webhook endpoint, or rotating a signing secret, answers the POST itself
 (no redirect), so that the secret never sits in a URL, the session or a flash message. Reloading
 that answer would post the form again: a second key, or a second rotation that voids the secret
-just copied. Each such form carries a token; the first POST with it claims it in the shared
-cache, and any later one with the same token changes nothing.
+just copied. Each such form carries a token; the first POST with it claims it, and any later
+one with the same token changes nothing.
+
+A claim is a row of `limits.OnceClaim` (unique key), not a cache entry: the table exists after
+`migrate` alone, and nothing evicts a claim before its lifetime ends (the database cache culled
+a third of its entries beyond 300, and a Redis cache may evict under memory pressure).
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django import forms
-from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from limits.models import OnceClaim
 
 ONCE_TTL_S = 24 * 3600
 
@@ -25,7 +33,16 @@ def once_token() -> str:
 def once_claim(*, user_id: int | None, purpose: str, token: uuid.UUID) -> bool:
     """True the first time this user posts this token for this purpose; False afterwards."""
     assert user_id is not None, "a logged-in user's form"
-    return bool(cache.add(f"once:{purpose}:{user_id}:{token.hex}", 1, timeout=ONCE_TTL_S))
+    now = timezone.now()
+    # Claims are rare (a key or an endpoint created): purging the expired ones here, on an
+    # index, keeps the table at a day's claims without a periodic task.
+    OnceClaim.objects.filter(claimed_at__lt=now - timedelta(seconds=ONCE_TTL_S)).delete()
+    try:
+        with transaction.atomic():
+            OnceClaim.objects.create(key=f"{purpose}:{user_id}:{token.hex}", claimed_at=now)
+    except IntegrityError:
+        return False
+    return True
 
 
 class OnceForm(forms.Form):

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "approvals",
     "webhooks",
     "metrics",
+    "limits",
 ]
 
 MIDDLEWARE = [
@@ -94,7 +95,8 @@ _cache_url = env.str("CACHE_URL", default="")
 if _cache_url.startswith(("redis://", "rediss://")):
     CACHES = {"default": {"BACKEND": "config.cache.HoldpointRedisCache", "LOCATION": _cache_url}}
 else:
-    # The throttle counts must be shared by every web process: a database table is.
+    # Shared by every web process. Its table is made by `migrate` (limits' migrations); the
+    # throttle windows and one-time claims have tables of their own, safe from its culling.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",

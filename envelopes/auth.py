@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any
 
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
+
+from limits.throttle import window_hit
 
 from .models import ApiKey
 
@@ -37,12 +42,39 @@ class HasTeamKey(permissions.BasePermission):
         return True
 
 
-class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
-    """Counts per key in the shared cache, so every web process sees the same budget."""
+class ApiKeyRateThrottle(throttling.BaseThrottle):
+    """A fixed window per key, counted where every web process sees it (limits/throttle.py).
+
+    One atomic increment per request: with the limit at N, N processes together admit at most
+    N calls a window (DRF's SimpleRateThrottle read a list of timestamps and wrote it back, so
+    each process could admit the whole budget). A window that cannot be counted (Redis down)
+    lets the call through.
+    """
 
     scope = "api_key"
+    rate: str | None = None  # None: REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["api_key"]
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        if isinstance(request.auth, ApiKey):
-            return f"throttle:api_key:{request.auth.pk}"
-        return None
+    def __init__(self) -> None:
+        self._wait: float | None = None
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if not isinstance(request.auth, ApiKey):
+            return True
+        limit, length_s = parse_rate(self.rate or api_settings.DEFAULT_THROTTLE_RATES[self.scope])
+        now = time.time()
+        bucket = int(now // length_s)
+        hits = window_hit(f"{self.scope}:{request.auth.pk}", bucket, length_s)
+        if hits is None or hits <= limit:
+            return True
+        self._wait = (bucket + 1) * length_s - now
+        return False
+
+    def wait(self) -> float | None:
+        return self._wait
+
+
+@functools.lru_cache(maxsize=8)
+def parse_rate(rate: str) -> tuple[int, int]:
+    """'6000/min' -> (6000, 60): DRF's rate format (s, m, h, d; the rest of the word is ignored)."""
+    count, _, period = rate.partition("/")
+    return int(count), {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
