@@ -4,16 +4,20 @@ live Holdpoint (see conftest.py); scenarios that need timers run a real Celery w
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
+from django.db import connection
 
-from envelopes.models import Step
+from approvals.services import reviewer_create, step_decide
+from envelopes.models import Step, Tool
 from tests.mcp.conftest import Rig
 from tests.mcp.upstream_server import TOOLS
+from tests.worker import Worker, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -82,3 +86,134 @@ def test_a_committed_write_is_reported_and_an_identical_retry_is_refused_without
         "dev.holdpoint/run_id": "mcp-e2e",
         "dev.holdpoint/attempt": 1,
     }
+
+
+def test_a_write_that_times_out_after_committing_is_verified_by_operation_ref_and_never_repeated(rig: Rig) -> None:
+    invoice = {"customer": "cus_2", "amount": 80, "slow": True}
+
+    async def scenario(session: Any) -> tuple[types.CallToolResult, types.CallToolResult]:
+        return await session.call_tool("create_invoice", invoice), await session.call_tool("create_invoice", invoice)
+
+    timed_out, again = run(rig, scenario)
+
+    # The proxy gave up after 1.5 s, asked find_invoice by operation_ref, and reported it.
+    ref = holdpoint(timed_out)["operation_ref"]
+    assert not timed_out.is_error
+    assert "did not answer within 1.5s" in text(timed_out) and "verified that it committed" in text(timed_out)
+    assert holdpoint(timed_out)["directive"]["action"] == "stop"
+    assert again.is_error and holdpoint(again)["refused"] == "already_committed"
+    assert [call["arguments"] for call in rig.upstream_calls("find_invoice")] == [{"operation_ref": ref}]
+    assert len(rig.upstream_calls("create_invoice")) == 1
+    verified = step(rig, "create_invoice")
+    assert (verified.state, verified.reason) == ("succeeded", "verified_committed")
+
+
+def test_a_rate_limit_waits_for_holdpoints_timer_then_the_same_call_goes_through(rig: Rig) -> None:
+    email = {"to": "ann@example.com", "subject": "Your invoice"}
+
+    async def first(session: Any) -> types.CallToolResult:
+        return await session.call_tool("send_email", email)
+
+    with Worker(sweep_seconds=0.5):
+        limited = run(rig, first)
+        waiting = step(rig, "send_email")
+        assert (waiting.state, waiting.reason) == ("waiting_retry", "retry_not_before")
+        # The worker's sweep opens the retry window at not_before.
+        assert wait_until(lambda: step(rig, "send_email").state == "retry_ready", timeout=20)
+
+    async def retry(session: Any) -> types.CallToolResult:
+        return await session.call_tool("send_email", email)
+
+    sent = run(rig, retry)
+
+    assert limited.is_error
+    assert holdpoint(limited)["directive"]["action"] == "wait"
+    assert "wait until" in text(limited) and "then call again with the same input" in text(limited)
+    assert not sent.is_error and sent.structured_content["message_id"] == "msg_1"
+    done = step(rig, "send_email")
+    assert (done.state, done.attempts) == ("succeeded", 2)
+    # The upstream's envelope knew nothing of Holdpoint: the proxy filled in the step's fields.
+    assert done.operation_ref == holdpoint(limited)["operation_ref"] == holdpoint(sent)["operation_ref"]
+
+
+def test_invalid_input_asks_for_a_fix_refuses_the_same_input_and_takes_a_corrected_one(rig: Rig) -> None:
+    async def scenario(session: Any) -> list[types.CallToolResult]:
+        return [
+            await session.call_tool("create_customer", {"email": "ann.example.com"}),
+            await session.call_tool("create_customer", {"email": "ann.example.com"}),
+            await session.call_tool("create_customer", {"email": "ann@example.com"}),
+        ]
+
+    invalid, same, fixed = run(rig, scenario)
+
+    assert invalid.is_error and holdpoint(invalid)["directive"]["action"] == "fix_input"
+    assert "fix the input (field: email)" in text(invalid)
+    assert same.is_error and holdpoint(same)["refused"] == "identical_retry"
+    assert not fixed.is_error and fixed.structured_content["customer_id"] == "cus_1"
+    assert len(rig.upstream_calls("create_customer")) == 2  # the identical retry never reached it
+    by_ref = {s.operation_ref: s.state for s in Step.objects.filter(team=rig.team, tool__name="create_customer")}
+    assert by_ref == {
+        holdpoint(invalid)["operation_ref"]: "needs_input",
+        holdpoint(fixed)["operation_ref"]: "succeeded",
+    }
+
+
+def test_a_refund_over_the_limit_waits_for_a_reviewer_and_the_client_receives_the_real_result(rig: Rig) -> None:
+    reviewer = reviewer_create(username="rita", password="x-unused-pw-1", team=rig.team, role="reviewer")
+
+    def approve_when_held() -> None:
+        try:
+            assert wait_until(
+                lambda: Step.objects.filter(team=rig.team, state="awaiting_approval").exists(), timeout=30
+            )
+            held = Step.objects.get(team=rig.team, state="awaiting_approval")
+            step_decide(team=rig.team, step_id=held.pk, actor=reviewer, action="approve", reason="customer is known")
+        finally:
+            connection.close()
+
+    async def scenario(session: Any) -> types.CallToolResult:
+        return await session.call_tool("issue_refund", {"order_id": "ord_9", "amount": 900})
+
+    approver = threading.Thread(target=approve_when_held)
+    approver.start()
+    refunded = run(rig, scenario)
+    approver.join()
+
+    assert not refunded.is_error
+    assert refunded.structured_content["refund_id"] == "re_1"
+    assert holdpoint(refunded)["directive"]["action"] == "stop"
+    calls = rig.upstream_calls("issue_refund")
+    assert [call["meta"].get("dev.holdpoint/approved") for call in calls] == [None, True]
+    done = step(rig, "issue_refund")
+    assert done.state == "succeeded"
+    assert [d.action for d in done.decisions.all()] == ["approve"]
+
+
+def test_a_refund_held_past_the_wait_answers_with_the_step_url_at_once(rig: Rig) -> None:
+    async def scenario(session: Any) -> types.CallToolResult:
+        return await session.call_tool("issue_refund", {"order_id": "ord_7", "amount": 700})
+
+    rig.config_file.write_text("[tools.issue_refund]\nhold_wait_s = 0\n")
+    held = run(rig, scenario)
+
+    assert held.is_error and holdpoint(held)["directive"]["action"] == "hold"
+    assert f"held for a reviewer at {holdpoint(held)['step_url']}" in text(held)
+    assert step(rig, "issue_refund").state == "awaiting_approval"
+    assert holdpoint(held)["step_url"].startswith("http")
+
+
+def test_an_outage_halts_the_tool_and_the_next_charge_is_refused_without_calling_it(rig: Rig) -> None:
+    async def scenario(session: Any) -> tuple[types.CallToolResult, types.CallToolResult]:
+        return (
+            await session.call_tool("charge_card", {"amount": 10}),
+            await session.call_tool("charge_card", {"amount": 20}),
+        )
+
+    with Worker(sweep_seconds=0.5):
+        down, refused = run(rig, scenario)
+
+    assert down.is_error and holdpoint(down)["directive"]["action"] == "wait"
+    assert refused.is_error and holdpoint(refused)["refused"] == "tool_halted"
+    assert len(rig.upstream_calls("charge_card")) == 1
+    assert Tool.objects.get(team=rig.team, name="charge_card").is_halted()
+    assert step(rig, "charge_card").state == "waiting_retry"  # the refused charge made no step

@@ -39,15 +39,13 @@ from typing import Any, Protocol
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ..client import AsyncHoldpoint
+from ..client import AsyncHoldpoint, Dialect
 from ..envelopes import Failure, input_fingerprint, now_utc, success_envelope
 from ..errors import (
     AttemptRefused,
     DecisionTimeout,
     HoldpointError,
     HoldpointUnavailable,
-    ServerError,
-    Throttled,
     ValidationFailed,
 )
 from ..types import Directive, Step, VerificationOutcome
@@ -66,7 +64,6 @@ MAX_REPORTED_CONTENT = 16 * 1024
 MAX_REPORTED_RESULT = 16 * 1024
 MAX_MESSAGE = 500
 MAX_ROUNDS = 6  # gate -> call -> report rounds in one tools/call (waits for a reviewer included)
-_UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)
 
 
 class Upstream(Protocol):
@@ -258,6 +255,9 @@ class HoldpointProxy:
             return await self._guarded(call)
         except HoldpointUnavailable as error:
             return self._local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
+        except HoldpointError as error:
+            # A key revoked, a throttle, a schema refusal: fail closed, and say why.
+            return self._local_error(f"Holdpoint refused the call ({error.code}: {error.detail}); it was not made.")
 
     def _run_id(self, meta: Mapping[str, Any]) -> str:
         run_id = meta.get(META_RUN_ID)
@@ -374,7 +374,7 @@ class HoldpointProxy:
 
     async def _run(
         self, call: _Call, side_effects: bool
-    ) -> tuple[dict[str, Any] | None, Failure | None, dict[str, Any], str]:
+    ) -> tuple[dict[str, Any] | None, Failure | None, dict[str, Any], Dialect]:
         """Call the upstream once; (result, failure, envelope to post, dialect)."""
         params = {"name": call.tool, "arguments": call.arguments, "_meta": self._upstream_meta(call)}
         timeout = self.config.call_timeout(call.tool)
@@ -439,25 +439,31 @@ class HoldpointProxy:
 
     # --- reporting ------------------------------------------------------------------------
 
-    async def _report(self, call: _Call, envelope: dict[str, Any], dialect: str) -> tuple[Step | None, Directive, bool]:
-        key = "env_" + hashlib.sha256(f"{call.operation_ref}\0{call.attempt}\0{uuid.uuid4()}".encode()).hexdigest()[:40]
+    async def _report(
+        self, call: _Call, envelope: dict[str, Any], dialect: Dialect
+    ) -> tuple[Step | None, Directive, bool]:
+        """Post the envelope; (step, directive, delivered). The upstream has run by now, so no
+        Holdpoint error may hide its result: an undelivered report says so instead."""
+        # One key per report: the client's retries of this post replay the stored answer.
+        key = "env_" + uuid.uuid4().hex
         try:
-            answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)  # type: ignore[arg-type]
-        except ValidationFailed as error:
-            # A malformed envelope from the upstream: Holdpoint kept it in quarantine and
-            # escalated the step; what the step says now is the directive.
-            logger.warning("Holdpoint refused the envelope: %s %s", error.code, error.errors)
-            step = await self.holdpoint.get_step(call.operation_ref)
-            return step, step["directive"], True
-        except _UNDELIVERED as error:
-            logger.warning("the envelope was not delivered: %s", error.detail)
-            directive: Directive = {
+            try:
+                answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)
+            except ValidationFailed as error:
+                # A malformed envelope from the upstream: Holdpoint quarantined it and escalated
+                # the step; what the step says now is the directive.
+                logger.warning("Holdpoint refused the envelope: %s %s", error.code, error.errors)
+                step = await self.holdpoint.get_step(call.operation_ref)
+                return step, step["directive"], True
+        except HoldpointError as error:
+            logger.warning("the envelope was not delivered: %s %s", error.code, error.detail)
+            unreported: Directive = {
                 "action": "verify",
                 "may_write": False,
                 "not_before": None,
                 "reason": "attempt_unreported",
             }
-            return call.step, directive, False
+            return call.step, unreported, False
         return answer["step"], answer["directive"], True
 
     async def _verify(self, call: _Call, verification_tool: str) -> tuple[Step, Directive] | None:
