@@ -147,6 +147,9 @@ class Snapshot:
     max_attempts: int = 3
     last_fingerprint: str = ""
     last_attempt_reported: bool = True
+    # In awaiting_approval: the input an approval would bind (the attempt that asked for it).
+    # After the approval: the only input the gate grants, in whatever state the step is moved
+    # to, until a granted attempt uses it (contract §3).
     approval_fingerprint: str = ""
     not_before: datetime | None = None
     trusted_after: datetime | None = None
@@ -259,7 +262,9 @@ def _enter(before: Snapshot, state: State, reason: str, **changes) -> Snapshot:
         "deadline": None,
         "expires_at": None,
     }
-    if state is not State.RETRY_READY:
+    if state in TERMINAL:
+        # A closed step runs nothing: its binding has nothing left to bind. Every other move
+        # keeps it (contract §3: it lasts until a granted attempt uses it).
         base["approval_fingerprint"] = ""
     base.update(changes)
     return replace(before, state=state, reason=reason, **base)
@@ -318,8 +323,10 @@ def _on_envelope(before: Snapshot, event: EnvelopeArrived, now: datetime) -> Out
         changes["deadline"] = occurred_at + timedelta(seconds=event.verification_deadline_s)
     elif state is State.AWAITING_APPROVAL:
         changes["expires_at"] = now + timedelta(seconds=event.approval_ttl_s)
-        # Approval is bound to the input of the attempt that asked for it, if any.
-        changes["approval_fingerprint"] = before.last_fingerprint if before.attempts else ""
+        # Approval is bound to the input of the attempt that asked for it, if any; an approval
+        # not yet used stays the input under review (the agent has run nothing since).
+        if not before.approval_fingerprint:
+            changes["approval_fingerprint"] = before.last_fingerprint if before.attempts else ""
     after = _enter(reported, state, reason, **changes)
     if after == before:
         return _unchanged(before)
@@ -353,6 +360,7 @@ def _grant(before: Snapshot, fingerprint: str) -> Outcome:
         attempts=before.attempts + 1,
         last_fingerprint=fingerprint,
         last_attempt_reported=False,
+        approval_fingerprint="",  # the one thing that uses up an approval
     )
     return Outcome(after=after, changed=True, granted=True)
 
@@ -396,17 +404,20 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
             retry_after=before.not_before,
             directive_not_before=before.not_before,
         )
-    if state is State.NEEDS_INPUT and before.attempts and event.fingerprint == before.last_fingerprint:
-        return _refuse(before, "identical_retry")
-    if state is State.RETRY_READY and before.approval_fingerprint and event.fingerprint != before.approval_fingerprint:
+    if before.approval_fingerprint and event.fingerprint != before.approval_fingerprint:
+        # An approval not yet used binds whatever the step went through since (needs_input,
+        # waiting_retry, a verification...): another input goes back to a reviewer, and the
+        # input that asked is the one the next approval binds.
         after = _enter(
             before,
             State.AWAITING_APPROVAL,
             "approval_mismatch",
             expires_at=now + timedelta(seconds=event.approval_ttl_s),
-            approval_fingerprint=before.approval_fingerprint,
+            approval_fingerprint=event.fingerprint,
         )
         return _refuse(before, "approval_mismatch", after=after)
+    if state is State.NEEDS_INPUT and before.attempts and event.fingerprint == before.last_fingerprint:
+        return _refuse(before, "identical_retry")
     # in_progress (reported), needs_input (changed input), retry_ready, waiting_retry past due.
     return _grant(before, event.fingerprint)
 
@@ -453,10 +464,7 @@ def _on_reviewer(before: Snapshot, event: ReviewerActed) -> Outcome:
     if event.action not in acts:
         return _unchanged(before, ignored=True)
     state, reason = acts[event.action]
-    keep = {}
-    if state is State.RETRY_READY and event.action == "approve":
-        keep["approval_fingerprint"] = before.approval_fingerprint
-    after = _enter(before, state, reason, **keep)
+    after = _enter(before, state, reason)
     if state is State.RETRY_READY:
         after = replace(after, last_attempt_reported=True)
     return _moved(before, after)

@@ -167,7 +167,10 @@ def test_approval_is_bound_to_the_fingerprint_that_asked_for_it(agent, team, mak
     step_decide(team=team, step_id=step.pk, actor=make_reviewer(), action="approve", reason="ok")
     problem = refused(agent.attempt(REF, tool="create_invoice", fingerprint=FP2), "approval_mismatch")
     assert (problem["step"]["state"], problem["step"]["reason"]) == ("awaiting_approval", "approval_mismatch")
+    # The input that went back to a reviewer is the one the new approval binds.
     step_decide(team=team, step_id=step.pk, actor=make_reviewer("rob"), action="approve", reason="ok again")
+    refused(agent.attempt(REF, tool="create_invoice", fingerprint=FP1), "approval_mismatch")
+    step_decide(team=team, step_id=step.pk, actor=make_reviewer("sam"), action="approve", reason="FP1 after all")
     assert agent.attempt(REF, tool="create_invoice", fingerprint=FP1).status_code == 201
 
 

@@ -210,7 +210,61 @@ def test_after_approval_only_the_approved_input_is_granted() -> None:
     mismatch = advance(approved, AttemptRequested(FP_B), NOW)
     assert mismatch.refusal == "approval_mismatch"
     assert (mismatch.after.state, mismatch.after.reason) == (State.AWAITING_APPROVAL, "approval_mismatch")
-    assert advance(approved, AttemptRequested(FP_A), NOW).granted
+    # The input that asked again is the one a reviewer approves next.
+    assert mismatch.after.approval_fingerprint == FP_B
+    granted = advance(approved, AttemptRequested(FP_A), NOW)
+    assert granted.granted
+    assert granted.after.approval_fingerprint == ""
+
+
+APPROVED = at(State.RETRY_READY, reason="approved", approval_fingerprint=FP_A, last_fingerprint=FP_A)
+
+# Every way an agent (or a timer, or a report) can move an approved step before it runs anything,
+# and what brings the step back to where the gate would grant again.
+AGENT_MOVES = {
+    "correct_input": [error("correct_input")],
+    "wait_and_retry then the timer": [error("wait_and_retry", not_before=NOW), TimerFired("retry_due")],
+    "wait_and_retry, not_before past": [error("wait_and_retry", not_before=NOW)],
+    "verify_operation then not_found": [
+        error("verify_operation", occurred_at=NOW - timedelta(hours=1)),
+        VerificationReported("not_found"),
+    ],
+    "request_approval then approve": [error("request_approval", max_attempts_remaining=0), ReviewerActed("approve")],
+    "escalate then permit_retry": [error("escalate", max_attempts_remaining=0), ReviewerActed("permit_retry")],
+    "a rejected envelope then permit_retry": [EnvelopeRejected(), ReviewerActed("permit_retry")],
+}
+
+
+@pytest.mark.parametrize("moves", AGENT_MOVES.values(), ids=AGENT_MOVES.keys())
+def test_an_approval_binds_through_every_move_until_an_attempt_uses_it(moves) -> None:
+    snapshot = APPROVED
+    for event in moves:
+        snapshot = advance(snapshot, event, NOW).after
+        assert snapshot.approval_fingerprint == FP_A, event
+    assert snapshot.state in (State.NEEDS_INPUT, State.WAITING_RETRY, State.RETRY_READY)
+    other = advance(snapshot, AttemptRequested(FP_B), NOW)
+    assert other.refusal == "approval_mismatch"
+    assert (other.after.state, other.after.reason) == (State.AWAITING_APPROVAL, "approval_mismatch")
+    assert not other.granted
+
+
+def test_after_correct_input_the_approved_input_is_still_an_identical_retry() -> None:
+    needs_input = advance(APPROVED, error("correct_input"), NOW).after
+    assert advance(needs_input, AttemptRequested(FP_A), NOW).refusal == "identical_retry"
+
+
+def test_request_approval_keeps_an_unused_approval_as_the_input_under_review() -> None:
+    bound_b = replace(APPROVED, approval_fingerprint=FP_B)
+    held = advance(bound_b, error("request_approval", max_attempts_remaining=0), NOW).after
+    assert held.approval_fingerprint == FP_B
+    assert advance(advance(held, ReviewerActed("approve"), NOW).after, AttemptRequested(FP_B), NOW).granted
+
+
+@pytest.mark.parametrize(
+    "event", [EnvelopeArrived(ok=True, commit_state="committed"), error("abort", max_attempts_remaining=0)]
+)
+def test_a_closed_step_keeps_no_binding(event) -> None:
+    assert advance(APPROVED, event, NOW).after.approval_fingerprint == ""
 
 
 @pytest.mark.parametrize("state", [State.RETRY_READY, State.NEEDS_INPUT, State.WAITING_RETRY])
@@ -352,9 +406,13 @@ events = st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(events, st.integers(0, 7200)), min_size=1, max_size=25), st.integers(1, 4))
-def test_random_event_sequences_keep_every_invariant(sequence, max_attempts) -> None:
-    snapshot = Snapshot(max_attempts=max_attempts)
+@given(
+    st.lists(st.tuples(events, st.integers(0, 7200)), min_size=1, max_size=25),
+    st.integers(1, 4),
+    st.sampled_from([Snapshot(), APPROVED]),  # a new step, an approved one
+)
+def test_random_event_sequences_keep_every_invariant(sequence, max_attempts, start) -> None:
+    snapshot = replace(start, max_attempts=max_attempts)
     now = NOW
     budget_escalations = 0
     for event, seconds in sequence:
@@ -376,6 +434,15 @@ def test_random_event_sequences_keep_every_invariant(sequence, max_attempts) -> 
         if outcome.granted:
             assert after.attempts == snapshot.attempts + 1
             assert after.state is State.IN_PROGRESS
+            # An approval binds its input: nothing else is ever granted while it is unused.
+            assert snapshot.approval_fingerprint in ("", event.fingerprint)
+            assert after.approval_fingerprint == ""
+        if after.approval_fingerprint != snapshot.approval_fingerprint:
+            # Only a grant uses a binding up, only a closed step drops it, and only a new
+            # request for approval names another input.
+            assert outcome.granted or after.state in TERMINAL or after.state is State.AWAITING_APPROVAL
+            if after.state is State.AWAITING_APPROVAL and snapshot.approval_fingerprint:
+                assert outcome.refusal == "approval_mismatch"
         if after.state in HELD and after.state in lifecycle.TIMER_OF:
             assert after.due_at is not None
         if outcome.changed and after.reason == "attempt_budget_exhausted":
