@@ -10,12 +10,10 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Paginator
 from django.db.models import Count, F, Q, QuerySet
-from django.utils import timezone
 from django.utils.functional import cached_property
 
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
 from envelopes.models import Attempt, AuditEvent, Envelope, Quarantine, Step, Team, Tool
-from webhooks.models import DeliveryTry
 
 from .models import Decision, Membership
 
@@ -314,66 +312,6 @@ def search_steps(teams: QuerySet[Team], query: str) -> SearchResult:
 
 
 # --- the step page -----------------------------------------------------------------------------
-
-
-# What the timeline shows of a webhook try (never the endpoint's secret).
-_DELIVERY_FIELDS = (
-    "number",
-    "tried_at",
-    "status_code",
-    "latency_ms",
-    "error",
-    "message__event_type",
-    "message__status",
-    "message__tries",
-    "message__endpoint__url",
-)
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    at: datetime
-    kind: str  # envelope | attempt | transition | refusal | decision | circuit | webhook
-    rank: int  # orders entries written at the same instant
-    item: Any
-    audit: AuditEvent | None = None
-
-
-def step_timeline(step: Step) -> list[TimelineEntry]:
-    """Envelopes, attempts, audit links, decisions and webhook tries of one step, by time."""
-    entries: list[TimelineEntry] = []
-    for envelope in step.envelopes.order_by("received_at", "id"):
-        entries.append(TimelineEntry(envelope.received_at, "envelope", 0, envelope))
-    for attempt in step.attempt_set.order_by("number"):
-        entries.append(TimelineEntry(attempt.granted_at, "attempt", 0, attempt))
-    decision_audits: dict[tuple[str, datetime], AuditEvent] = {}
-    for event in step.audit_events.order_by("seq"):
-        if event.kind == AuditEvent.Kind.DECISION:
-            decision_audits[(event.actor, event.created_at)] = event
-            continue
-        entries.append(TimelineEntry(event.created_at, event.kind, 2, event))
-    for decision in step.decisions.select_related("reviewer"):
-        audit = decision_audits.get((decision.reviewer.get_username(), decision.decided_at))
-        entries.append(TimelineEntry(decision.decided_at, "decision", 1, decision, audit=audit))
-    until = step.updated_at if step.terminal else timezone.now()
-    circuit = AuditEvent.objects.filter(
-        chain=f"tool:{step.tool_id}",
-        kind=AuditEvent.Kind.CIRCUIT,
-        created_at__gte=step.created_at,
-        created_at__lte=until,
-    ).order_by("seq")[:20]
-    for event in circuit:
-        entries.append(TimelineEntry(event.created_at, "circuit", 2, event))
-    tries = (
-        DeliveryTry.objects.filter(message__step=step)
-        .select_related("message", "message__endpoint")
-        .only(*_DELIVERY_FIELDS)
-        .order_by("tried_at", "id")
-    )
-    for delivery in tries:
-        entries.append(TimelineEntry(delivery.tried_at, "webhook", 3, delivery))
-    entries.sort(key=lambda entry: (entry.at, entry.rank, getattr(entry.item, "pk", 0) or 0))
-    return entries
 
 
 @dataclass(frozen=True)

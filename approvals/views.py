@@ -30,7 +30,7 @@ from django_htmx.middleware import HtmxDetails
 from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.services import StepNotFound
 
-from . import queries
+from . import queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .models import Membership
 from .once import once_claim, once_token
@@ -191,8 +191,10 @@ def _step_context(
     *,
     form: DecisionForm | None = None,
     feedback: Feedback | None = None,
+    page: timeline.TimelinePage | None = None,
 ) -> dict[str, Any]:
     envelope = step.last_envelope
+    page = page or timeline.step_timeline(step)
     return {
         "step": step,
         "membership": membership,
@@ -200,7 +202,11 @@ def _step_context(
         "envelope": envelope,
         "envelope_suspicious": bool(envelope and "suspicious_text" in (envelope.flags or [])),
         "panel": queries.decision_panel(step, membership, request.user),  # type: ignore[arg-type]
-        "timeline": queries.step_timeline(step),
+        "page": page,
+        "timeline": page.entries,
+        # The latest events poll for changes; a page of older events (?before=) stands still.
+        "live": page.before is None,
+        "version": timeline.timeline_version(step),
         "tool_halted": step.tool.is_halted(),
         "form": form,
         "feedback": feedback,
@@ -211,14 +217,35 @@ def _step_context(
 @require_GET
 @dashboard_login_required
 def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The step page. Its timeline shows the latest events and polls (`step-live`, every 5 s):
+    the poll names the version it shows and gets 204, no body, while nothing changed. "Show
+    older" brings the page before a cursor (`timeline-older` with htmx, else the whole page)."""
     step, membership = _visible_step(request, pk)
-    context = _step_context(request, step, membership)
+    before = timeline.Cursor.parse(request.GET.get("before", ""))
     if _targets(request, "step-live"):
+        if request.GET.get("v") == timeline.timeline_version(step):
+            return _no_change()
+        since = timeline.Cursor.parse(request.GET.get("since", ""))
+        page = timeline.step_timeline(step, since=since, has_older=request.GET.get("older") == "1")
+        context = _step_context(request, step, membership, page=page)
         seen = request.GET.get("seen", "")
         context["moved_since"] = bool(seen) and seen != step.state
         context["seen_state"] = seen
         return _render(request, "approvals/step.html", context, partial="step-live")
+    if _targets(request, "timeline-older") and before is not None:
+        page = timeline.step_timeline(step, before=before)
+        context = {"step": step, "page": page, "live": True, "now": timezone.now()}
+        return _render(request, "approvals/_timeline.html", context, partial="timeline-older")
+    context = _step_context(request, step, membership, page=timeline.step_timeline(step, before=before))
     return _render(request, "approvals/step.html", context)
+
+
+def _no_change() -> HttpResponse:
+    # htmx swaps nothing on a 204 (its default responseHandling), so the page stays as it is.
+    response = HttpResponse(status=204)
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    response["Cache-Control"] = "no-cache"
+    return response
 
 
 _DONE = {

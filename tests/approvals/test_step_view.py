@@ -175,7 +175,7 @@ def test_the_live_partial_reports_a_step_that_moved(rita: Client, awaiting: Step
     html = moved.content.decode()
     assert "<html" not in html
     assert "This step is now <strong>retry ready</strong>" in html and "out of date" in html
-    assert f'hx-get="/steps/{awaiting.pk}/?seen=awaiting_approval"' in html
+    assert f'hx-get="/steps/{awaiting.pk}/?seen=awaiting_approval&amp;v=' in html
 
 
 def test_a_step_of_a_halted_tool_offers_the_incident(rita: Client, viewer: Any, agent: AgentClient) -> None:
