@@ -140,3 +140,54 @@ def test_demo_loads_every_state_and_prints_a_key() -> None:
     again = run("demo")
     assert again.strip().splitlines()[-1] != raw
     assert Team.objects.count() == 1
+
+
+@pytest.mark.parametrize("name", ["Create_Invoice", "send email", "_leading", "a" * 101, "*", "tools/x", "x\n"])
+def test_configuretool_refuses_a_tool_name_outside_the_contract_pattern(team, name: str) -> None:
+    with pytest.raises(CommandError, match="tool name"):
+        run("configuretool", "acme", name, "max_attempts=2")
+    assert not Tool.objects.exists()
+
+
+RATE_LIMITED_FIELDS = ("category=rate_limit", "retry_class=transient", "next_action=abort")
+
+
+@pytest.mark.parametrize("name", ["Send_Email", "send email", "", "a" * 101, "**"])
+def test_addcode_refuses_a_tool_name_outside_the_contract_pattern(team, name: str) -> None:
+    with pytest.raises(CommandError, match="tool name"):
+        run("addcode", "acme", name, "RATE_LIMITED", *RATE_LIMITED_FIELDS)
+    assert not Tool.objects.exists() and not ErrorCode.objects.exists()
+
+
+def test_configuretool_and_addcode_accept_every_character_the_pattern_allows(team) -> None:
+    run("configuretool", "acme", "crm.v2_create-invoice", "max_attempts=2")
+    run("addcode", "acme", "0tool", "RATE_LIMITED", *RATE_LIMITED_FIELDS)
+    assert set(Tool.objects.values_list("name", flat=True)) == {"crm.v2_create-invoice", "0tool"}
+
+
+@pytest.mark.parametrize(("password", "message"), [("short1", "too short"), ("password123", "too common")])
+def test_createreviewer_runs_the_password_validators(team, monkeypatch, password: str, message: str) -> None:
+    monkeypatch.setenv("HOLDPOINT_PASSWORD", password)
+    with pytest.raises(CommandError, match=message):
+        run("createreviewer", "rita", "--team", "acme", "--role", "reviewer")
+    assert not Membership.objects.exists()
+
+
+def test_createreviewer_refuses_an_invalid_username(team, monkeypatch) -> None:
+    monkeypatch.setenv("HOLDPOINT_PASSWORD", "a-long-password")
+    with pytest.raises(CommandError, match="Username"):
+        run("createreviewer", "rita smith!", "--team", "acme", "--role", "reviewer")
+    assert not Membership.objects.exists()
+
+
+def test_createreviewer_refuses_an_existing_user_unless_told_to_reset(team, monkeypatch) -> None:
+    monkeypatch.setenv("HOLDPOINT_PASSWORD", "a-long-password")
+    run("createreviewer", "rita", "--team", "acme", "--role", "reviewer")
+    monkeypatch.setenv("HOLDPOINT_PASSWORD", "another-long-password")
+    with pytest.raises(CommandError, match="already exists"):
+        run("createreviewer", "rita", "--team", "acme", "--role", "admin")
+    membership = Membership.objects.get()
+    assert membership.role == "reviewer" and membership.user.check_password("a-long-password")
+    run("createreviewer", "rita", "--team", "acme", "--role", "admin", "--reset-password")
+    membership = Membership.objects.get()
+    assert membership.role == "admin" and membership.user.check_password("another-long-password")
