@@ -13,25 +13,41 @@ only tried there. A secret-free 1 KB message stays well under 50 microseconds.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
-__all__ = ["KINDS", "Redacted", "looks_like_instruction", "redact", "redact_json"]
+__all__ = [
+    "KINDS",
+    "Redacted",
+    "is_credential_key",
+    "looks_like_instruction",
+    "redact",
+    "redact_body",
+    "redact_json",
+]
 
 KINDS = (
     "private_key",
     "connection_string",
+    "webhook_url",
     "url_credentials",
     "bearer_token",
+    "basic_auth",
+    "session_cookie",
     "jwt",
     "aws_access_key",
     "api_key",
     "password",
     "internal_host",
+    "key_name",
 )
 
 
@@ -183,14 +199,17 @@ def _find_api_keys(text: str, lowered: str) -> Iterator[int]:
     yield from _find_all(text, "AIza")
 
 
-# `password=...`, `db_password: ...`, `"client_secret": "..."`, `X-Api-Key: ...`: the name and the
-# separator stay, the value goes (quotes kept, so JSON-ish text still reads as JSON).
+# The value of a `name: value` pair: a quoted string (quotes kept, so JSON-ish text still reads
+# as JSON) or a run up to a separator.
+_PAIR_VALUE = r"(?:\"((?:[^\"\\\r\n]|\\.)+)\"|'([^'\r\n]+)'|([^\s&;,\"'<>(){}\[\]]+))"
+
+# `password=...`, `db_password: ...`, `"client_secret": "..."`, `X-Api-Key: ...`, `pass: ...`: the
+# name and the separator stay, the value goes. A bare `pass` must be a word of its own (not
+# `bypass:`), and an ordinary word after it stays (`pass: true`).
 _PASSWORD = re.compile(
     r"([A-Za-z0-9_.-]{0,40}?(?:password|passwd|pwd|passphrase|secret(?:[_-]?(?:access[_-]?)?key)?"
-    r"|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?)"
-    r"[\"']?[ \t]*[:=][ \t]*)"
-    + _NOT_PLACEHOLDER
-    + r"(?:\"((?:[^\"\\\r\n]|\\.)+)\"|'([^'\r\n]+)'|([^\s&;,\"'<>(){}\[\]]+))",
+    r"|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?|(?<![A-Za-z])pass(?![A-Za-z]))"
+    r"[\"']?[ \t]*[:=][ \t]*)" + _NOT_PLACEHOLDER + _PAIR_VALUE,
     re.IGNORECASE,
 )
 _SECRET_NAME_PARTS = ("pass", "pwd", "secret", "token", "key", "credential")
@@ -206,12 +225,149 @@ def _find_passwords(text: str, lowered: str) -> Iterator[int]:
                 yield _walk_back(lowered, index, _NAME_CHARS, 40)
 
 
+def _pair(kind: str) -> Replacement:
+    def replace(match: re.Match[str]) -> str:
+        if match.group(2) is not None:
+            return f'{match.group(1)}"{_placeholder(kind)}"'
+        if match.group(3) is not None:
+            return f"{match.group(1)}'{_placeholder(kind)}'"
+        return match.group(1) + _placeholder(kind)
+
+    return replace
+
+
+_BARE_PASS = re.compile(r"(?<![a-z])pass[\"']?[ \t]*[:=][ \t]*\Z", re.IGNORECASE)
+_password_pair = _pair("password")
+
+
 def _password(match: re.Match[str]) -> str:
-    if match.group(2) is not None:
-        return f'{match.group(1)}"{_placeholder("password")}"'
-    if match.group(3) is not None:
-        return f"{match.group(1)}'{_placeholder('password')}'"
-    return match.group(1) + _placeholder("password")
+    value = match.group(2) or match.group(3) or match.group(4)
+    if _BARE_PASS.search(match.group(1)) and _is_ordinary_word(value):
+        return match.group(0)  # "pass: true", "pass: none": a word, not a secret
+    return _password_pair(match)
+
+
+# Words that follow "password is" or "pass:" in prose and in logs, never a secret worth the name:
+# "the password is incorrect", "pass: true". Anything else after those words is redacted.
+_ORDINARY_WORDS = frozenset(
+    {
+        "a", "an", "the", "not", "no", "now", "still", "too", "very", "being", "been", "set",
+        "unset", "empty", "blank", "missing", "required", "needed", "optional", "incorrect",
+        "correct", "invalid", "valid", "wrong", "right", "expired", "weak", "strong", "short",
+        "long", "ok", "okay", "fine", "good", "bad", "same", "different", "changed", "reset",
+        "locked", "unlocked", "disabled", "enabled", "hidden", "shown", "stored", "saved", "hashed",
+        "encrypted", "encoded", "null", "none", "nil", "undefined", "true", "false", "yes",
+        "unknown", "redacted", "protected", "sensitive", "mandatory", "unchanged", "updated", "due",
+        "at", "in", "on", "for", "of", "to", "from", "with", "without", "that", "this", "it",
+        "your", "my", "their", "his", "her", "its", "our", "also", "only", "just", "never",
+        "always", "already", "then", "so", "and", "or", "but", "less", "more", "longer", "shorter",
+        "reused", "compromised", "leaked", "case", "incomplete", "insecure", "secure", "mismatched",
+        "present", "absent", "known", "new", "old", "temporary",
+    }
+)  # fmt: skip
+_PROSE_SUFFIXES = ("ed", "ing", "ly", "ble")
+
+
+def _is_ordinary_word(value: str) -> bool:
+    word = value.lower()
+    if not (word.isascii() and word.isalpha()):
+        return False
+    return word in _ORDINARY_WORDS or (len(word) > 4 and word.endswith(_PROSE_SUFFIXES))
+
+
+# "the password is hunter2", "your new passphrase was 'correct horse'": prose that states one.
+# Trailing sentence punctuation stays outside the value; an ordinary word stays as it is
+# ("the password is incorrect", "password reset email sent" has no "is" at all).
+_PASSWORD_IS = re.compile(
+    r"(?<![A-Za-z0-9_-])((?:password|passwd|passphrase|passcode)[ \t]+(?:is|was)[ \t]*:?[ \t]+)"
+    + _NOT_PLACEHOLDER
+    + r"(?:\"((?:[^\"\\\r\n]|\\.)+)\"|'([^'\r\n]+)'|([^\s\"'<>]+?))(?=[.,;:)]*(?:\s|\Z))",
+    re.IGNORECASE,
+)
+
+
+def _password_is(match: re.Match[str]) -> str:
+    if match.group(4) is not None and _is_ordinary_word(match.group(4)):
+        return match.group(0)
+    return _password_pair(match)
+
+
+# Session cookies and the Cookie header: whoever holds one is logged in as its owner. The header's
+# whole value goes (it holds every cookie of the site), but only when it holds a `name=value`, so
+# that "cookie: disabled" stays.
+_COOKIE_HEADER = re.compile(
+    r"(?<![A-Za-z0-9_-])((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)" + _NOT_PLACEHOLDER + r"(?=[^\r\n\"']*=)[^\r\n\"']+",
+    re.IGNORECASE,
+)
+_SESSION_ID = re.compile(
+    r"(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{0,30}?(?:session[_.-]?id|sessid|connect\.sid)"
+    r"[\"']?[ \t]*[:=][ \t]*)" + _NOT_PLACEHOLDER + _PAIR_VALUE,
+    re.IGNORECASE,
+)
+_SESSION_ID_PARTS = ("session", "sessid", "connect.sid")
+_SESSION_ID_THEN_SEPARATOR = re.compile(r"(?:session[_.-]?id|sessid|connect\.sid)[\"']?[ \t]*[:=]")
+
+
+def _find_session_ids(text: str, lowered: str) -> Iterator[int]:
+    for part in _SESSION_ID_PARTS:
+        for index in _find_all(lowered, part):
+            if _SESSION_ID_THEN_SEPARATOR.match(lowered, index):
+                yield _walk_back(lowered, index, _NAME_CHARS, 30)
+
+
+# `Basic <base64 of user:password>` outside an Authorization header (the header rule takes the
+# header form). The token must decode to `user:password`, or look like a token, so that "Basic
+# authentication failed" survives.
+# An all-lowercase word is never base64 of `user:password` (its `:` makes mixed case).
+_BASIC = re.compile(
+    r"(?<![A-Za-z0-9])((?i:basic)[ \t]+)(?=[a-z]*[A-Z0-9+/])([A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])"
+)
+
+
+def _basic(match: re.Match[str]) -> str:
+    token = match.group(2)
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        decoded = b""
+    user_and_password = decoded.isascii() and b":" in decoded and decoded.decode().isprintable()
+    looks_like_token = len(token) >= 16 and any(c.isdigit() or c in "+/=" for c in token)
+    if user_and_password or looks_like_token:
+        return match.group(1) + _placeholder("basic_auth")
+    return match.group(0)
+
+
+# Incoming-webhook URLs carry their credential in the path: whoever holds one posts as the app.
+_WEBHOOK_URL = re.compile(
+    r"((?:https?://)?(?:hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)"
+    r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks)/)[^\s'\"<>`]+",
+    re.IGNORECASE,
+)
+_WEBHOOK_HOSTS = ("hooks.slack", "discord")
+_LOWER_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz.")
+
+
+def _find_webhook_urls(text: str, lowered: str) -> Iterator[int]:
+    for index in (i for host in _WEBHOOK_HOSTS for i in _find_all(lowered, host)):
+        start = _walk_back(lowered, index, _LOWER_HOST_CHARS, 20)
+        for scheme in ("https://", "http://"):
+            if lowered.endswith(scheme, 0, start):
+                yield start - len(scheme)
+        yield start
+
+
+def _heads(pattern: str, *, back: str = "") -> Finder:
+    """Matches start where `pattern` (on the lowered text) does, or `back` characters before
+    when those read `back`: the rule's pattern is only tried where its head is."""
+    head = re.compile(pattern)
+
+    def find(text: str, low: str) -> Iterator[int]:
+        for found in head.finditer(low):
+            yield found.start()
+            if back and low.endswith(back, 0, found.start()):
+                yield found.start() - len(back)
+
+    return find
 
 
 _HOST_PORT = re.compile(
@@ -348,6 +504,7 @@ _RULES = (
         _find_database_schemes,
     ),
     _Rule("connection_string", _CONNECTION_PAIRS, _connection_pairs, _find_connection_pairs),
+    _Rule("webhook_url", _WEBHOOK_URL, _keep_prefix("webhook_url"), _find_webhook_urls),
     _Rule(
         "url_credentials",
         _URL_CREDENTIALS,
@@ -361,10 +518,16 @@ _RULES = (
         _at("authorization", lowered=True),
     ),
     _Rule("bearer_token", _BEARER, _keep_prefix("bearer_token"), _at("bearer", lowered=True)),
+    _Rule("basic_auth", _BASIC, _basic, _heads(r"basic[ \t]+[a-z0-9+/]{6}")),
+    _Rule(
+        "session_cookie", _COOKIE_HEADER, _keep_prefix("session_cookie"), _heads(r"cookie[\"']?[ \t]*:", back="set-")
+    ),
+    _Rule("session_cookie", _SESSION_ID, _pair("session_cookie"), _find_session_ids),
     _Rule("jwt", _JWT, _constant("jwt"), _at("eyJ")),
     _Rule("aws_access_key", _AWS_ACCESS_KEY, _constant("aws_access_key"), _at("AKIA", "ASIA")),
     _Rule("api_key", _API_KEY, _constant("api_key"), _find_api_keys),
     _Rule("password", _PASSWORD, _password, _find_passwords),
+    _Rule("password", _PASSWORD_IS, _password_is, _heads(r"pass(?:word|wd|phrase|code)[ \t]+(?:is|was)[ \t:]")),
     _Rule("internal_host", _HOST_PORT, _host_port, _find_host_ports),
     _Rule("internal_host", _INTERNAL_NAME, _constant("internal_host"), _find_internal_names),
 )
@@ -416,23 +579,201 @@ def _lower(text: str) -> str:
     return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
 
 
-def redact_json(value: Any) -> tuple[Any, tuple[str, ...]]:
-    """Redact every string in a JSON value (object keys untouched); return it and the kinds."""
-    found: set[str] = set()
+# --- decoded JSON ----------------------------------------------------------------------------------
+#
+# A secret written with JSON escapes (`postgres:\\/\\/…`, `\\u0073k-live-…`) is invisible to the
+# patterns in the raw text, and readable by whoever decodes it. So a JSON value is redacted as
+# decoded strings: every value and key at any depth, and a string that is itself JSON as the values
+# it holds. A key-value pair is one text for the pair rules (`"password": "x"`), as it would be in
+# the raw text.
 
-    def walk(item: Any) -> Any:
+# A string holding JSON holding JSON...: redacted as JSON this many levels down, as text below.
+_NESTED_JSON_DEPTH = 4
+_JSON_ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\\\/bfnrt]))')
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_CREDENTIAL_NAMES = frozenset(
+    {
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "authorization",
+        "private_key",
+        "client_secret",
+        "cookie",
+    }
+)
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_PAIR_RULES = (_PASSWORD, _SESSION_ID)
+
+
+def is_credential_key(name: str) -> bool:
+    """A key named like a credential (contract §4): `password`, `passwd`, `secret`, `token`,
+    `api_key`, `apikey`, `authorization`, `private_key`, `client_secret`, `cookie`, in any case, as
+    the whole name or a `_`/`-` separated part (`db_password`, `X-Api-Key`); camelCase parts count
+    too (`authToken`)."""
+    words = _CAMEL_BOUNDARY.sub("_", name).lower().replace("-", "_").split("_")
+    return any(word in _CREDENTIAL_NAMES for word in words) or any(
+        f"{first}_{second}" in _CREDENTIAL_NAMES for first, second in pairwise(words)
+    )
+
+
+def _storable(text: str) -> str:
+    """Surrogate pairs joined, lone surrogates (legal in a JSON escape, not in UTF-8) replaced."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _unescaped(text: str) -> str:
+    """`text` with JSON string escapes decoded, a few levels deep (`\\\\/` is an escaped `\\/`)."""
+    for _ in range(_NESTED_JSON_DEPTH):
+        if "\\" not in text:
+            break
+        decoded = _JSON_ESCAPE.sub(lambda m: chr(int(m[1], 16)) if m[1] else _SIMPLE_ESCAPES[m[2]], text)
+        if decoded == text:
+            break
+        text = _storable(decoded)
+    return text
+
+
+def _redact_text(text: str) -> Redacted:
+    """`redact`, and when the text holds JSON escapes that hide a secret, the decoded text redacted."""
+    redacted = redact(text)
+    if "\\" in text:
+        decoded = _unescaped(text)
+        if decoded != text:
+            redacted_decoded = redact(decoded)
+            if set(redacted_decoded.kinds) - set(redacted.kinds):
+                return redacted_decoded
+    return redacted
+
+
+class _Walker:
+    def __init__(self, *, credential_keys: bool) -> None:
+        self.credential_keys = credential_keys
+        self.found: set[str] = set()
+        self.hits = 0  # values and keys replaced so far
+
+    def text(self, text: str, depth: int) -> str:
+        text = _storable(text)
+        if depth < _NESTED_JSON_DEPTH and text.lstrip()[:1] in ("{", "[", '"'):
+            try:
+                inner = json.loads(text)
+            except (ValueError, RecursionError):
+                pass
+            else:
+                before = self.hits
+                walked = self.value(inner, depth + 1)
+                if self.hits == before:
+                    return text  # kept as sent, not re-serialised
+                try:
+                    return json.dumps(walked, ensure_ascii=False)
+                except (ValueError, RecursionError):
+                    self.hits = before  # the text pass below decides
+        redacted = _redact_text(text)
+        if redacted.kinds:
+            self.found.update(redacted.kinds)
+            self.hits += 1
+        return redacted.text
+
+    def pair(self, key: str, child: Any, depth: int) -> Any:
+        """The value of `key`: replaced whole when the key names a credential (option), or when
+        `key: value` is a pair the text rules redact (`password`, `sessionid`...)."""
+        if self.credential_keys and is_credential_key(key):
+            self.found.add("key_name")
+            self.hits += 1
+            return _placeholder("key_name")
+        if isinstance(child, str | int | float) and not isinstance(child, bool):
+            shown = child if isinstance(child, str) else json.dumps(child)
+            pair = f"{key}={json.dumps(shown, ensure_ascii=False)}"
+            for pattern in _PAIR_RULES:
+                match = pattern.search(pair)
+                if match is not None and match.end(1) == len(key) + 1:
+                    kind = "session_cookie" if pattern is _SESSION_ID else "password"
+                    if pattern is _PASSWORD and _BARE_PASS.search(match.group(1)) and _is_ordinary_word(shown):
+                        break
+                    self.found.add(kind)
+                    self.hits += 1
+                    return _placeholder(kind)
+        return self.value(child, depth)
+
+    def value(self, root: Any, depth: int) -> Any:
+        """Walks without recursion: a decoded body may nest as deep as the JSON decoder allows."""
+        result, frame = self.start(root, depth)
+        stack = [frame] if frame is not None else []
+        while stack:
+            out, items = stack[-1]
+            for entry in items:
+                if isinstance(out, dict):
+                    key, child = entry
+                    name = self.text(str(key), depth)
+                    while name in out:  # two keys that read the same once redacted
+                        name += "'"
+                    if isinstance(child, dict | list | tuple) and not (
+                        self.credential_keys and is_credential_key(str(key))
+                    ):
+                        out[name], frame = self.start(child, depth)
+                    else:
+                        out[name], frame = self.pair(str(key), child, depth), None
+                else:
+                    new, frame = self.start(entry, depth)
+                    out.append(new)
+                if frame is not None:
+                    stack.append(frame)
+                    break
+            else:
+                stack.pop()
+        return result
+
+    def start(self, item: Any, depth: int) -> tuple[Any, tuple[Any, Iterator[Any]] | None]:
         if isinstance(item, str):
-            result = redact(item)
-            found.update(result.kinds)
-            return result.text
+            return self.text(item, depth), None
         if isinstance(item, dict):
-            return {key: walk(child) for key, child in item.items()}
+            out: dict[str, Any] = {}
+            return out, (out, iter(item.items()))
         if isinstance(item, list | tuple):
-            return [walk(child) for child in item]
-        return item
+            items: list[Any] = []
+            return items, (items, iter(item))
+        return item, None
 
-    redacted = walk(value)
-    return redacted, tuple(sorted(found))
+
+def redact_json(value: Any, *, credential_keys: bool = False) -> tuple[Any, tuple[str, ...]]:
+    """Redact a decoded JSON value; return a redacted copy and the kinds found (sorted).
+
+    Every string at any depth goes through `redact`, object keys included; a string that is
+    itself JSON is redacted as the values it holds (and re-serialised only when that changed
+    something); the value of a `password`/`secret`/`sessionid`-like key goes whole, as in a
+    `name: value` pair in text. With `credential_keys` (contract §4, the proposed input), the
+    value of any key named like a credential (`is_credential_key`) becomes `[REDACTED:key_name]`,
+    whatever it holds. Strings come back storable (no lone surrogates)."""
+    walker = _Walker(credential_keys=credential_keys)
+    redacted = walker.value(value, 0)
+    return redacted, tuple(sorted(walker.found))
+
+
+def redact_body(raw: bytes | str, *, credential_keys: bool = True) -> Redacted:
+    """A request body as it may be kept (the quarantine): when it parses as JSON, its decoded
+    values redacted (`redact_json`) and re-serialised; only a body that does not parse gets the
+    raw-text pass (JSON escapes decoded where they hide a secret). Credential-named keys' values
+    go whole by default: a rejected body is kept for what broke, not for its secrets."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = _NOT_JSON
+    if value is not _NOT_JSON:
+        try:
+            redacted, kinds = redact_json(value, credential_keys=credential_keys)
+            return Redacted(json.dumps(redacted, ensure_ascii=False), kinds)
+        except (ValueError, RecursionError):  # nested deeper than the encoder goes
+            pass
+    return _redact_text(_storable(text).replace("\x00", "\ufffd"))
+
+
+_NOT_JSON = object()
 
 
 def _word(literal: str) -> str:

@@ -30,7 +30,7 @@ from .errors import (
 from .lifecycle import Outcome, State
 from .models import Attempt, AuditEvent, Envelope, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation
-from .redaction import redact
+from .redaction import redact, redact_body
 from .transitions import (
     AGENT,
     SYSTEM,
@@ -83,8 +83,9 @@ class IngestAnswer:
 
 
 def _quarantine_body(raw_body: bytes) -> str:
-    text = raw_body[:QUARANTINE_BODY_LIMIT].decode("utf-8", errors="replace")
-    return redact(text).text
+    """The body as decoded values, redacted (a secret written with JSON escapes is a secret too),
+    cut after redaction so that a cut never leaves half a secret unrecognised."""
+    return redact_body(raw_body).text[:QUARANTINE_BODY_LIMIT]
 
 
 def envelope_quarantine(

@@ -118,6 +118,48 @@ def test_a_rejected_envelope_is_quarantined_redacted_and_escalates_its_step(agen
     assert (step.state, step.reason) == ("escalated", "malformed_envelope")
 
 
+# Secrets written with JSON escapes: the raw text shows no pattern, the decoded value is the secret.
+ESCAPED_SECRETS = [
+    (rb'"agent_message": "connect postgres:\/\/admin:pw7788@db.example.com\/app failed"', "pw7788"),
+    (rb'"agent_message": "key \u0073k-live0123456789abcdefgh"', "k-live0123456789abcdefgh"),
+    (rb'"user_message": "{\"dsn\": \"postgres:\\/\\/admin:pw9900@db\"}"', "pw9900"),
+    (rb'"safe_details": {"\u0073k-live0123456789abcdefgh": "x"}', "k-live0123456789abcdefgh"),
+    (rb'"safe_details": {"field": "t", "\u0074oken": "tok-7788-secret"}', "tok-7788-secret"),
+]
+
+
+@pytest.mark.parametrize(("member", "secret"), ESCAPED_SECRETS)
+def test_a_rejected_envelope_is_quarantined_with_its_decoded_values_redacted(
+    agent, make_reviewer, member: bytes, secret: str
+) -> None:
+    from django.urls import reverse
+
+    from tests.conftest import logged_in
+
+    good = json.dumps(error_envelope(category="weather")).encode()
+    raw = good[:-1] + b", " + member + b"}"
+    # Whatever the envelope's other faults, this is the body a reviewer would see decoded.
+    json.loads(raw)
+    response = agent.envelope(raw)
+    assert response.status_code == 422
+    assert secret not in response.content.decode()
+    quarantined = Quarantine.objects.get()
+    stored = Quarantine.objects.filter(pk=quarantined.pk).values_list("body", "errors")[0]
+    assert secret not in json.dumps(stored, ensure_ascii=False)
+    assert secret not in json.dumps(json.loads(quarantined.body), ensure_ascii=False)
+    assert "[REDACTED:" in quarantined.body
+    page = logged_in(make_reviewer()).get(reverse("approvals:quarantine-detail", args=[quarantined.pk]))
+    assert page.status_code == 200
+    assert secret not in page.content.decode()
+    assert "send_email" in page.content.decode()
+
+
+def test_a_quarantined_body_keeps_what_broke_readable(agent) -> None:
+    body = error_envelope(category="weather", agent_message="Address rejected.")
+    agent.envelope(body)
+    assert json.loads(Quarantine.objects.get().body) == body
+
+
 def test_a_rejected_envelope_for_a_closed_step_changes_nothing(agent) -> None:
     agent.envelope(success_envelope())
     agent.envelope(error_envelope(category="weather"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import string
 import time
 import timeit
@@ -11,7 +13,15 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from envelopes.redaction import KINDS, Redacted, looks_like_instruction, redact, redact_json
+from envelopes.redaction import (
+    KINDS,
+    Redacted,
+    is_credential_key,
+    looks_like_instruction,
+    redact,
+    redact_body,
+    redact_json,
+)
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
@@ -121,6 +131,28 @@ PRIVATE_KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
         ("see http://billing.corp:8080/status", "billing.corp", "internal_host"),
         ("cannot reach vault.lan", "vault.lan", "internal_host"),
         ("cannot reach printer.local", "printer.local", "internal_host"),
+        ("retried with Basic dXNlcjpwYXNzd29yZA== twice", "dXNlcjpwYXNzd29yZA==", "basic_auth"),
+        ("curl -H 'X: basic YWRtaW46aHVudGVyMg'", "YWRtaW46aHVudGVyMg", "basic_auth"),
+        ("Cookie: sessionid=k2j3h4g5f6; csrftoken=abc", "k2j3h4g5f6", "session_cookie"),
+        ('{"Cookie": "theme=dark; sessionid=k2j3h4g5f6"}', "k2j3h4g5f6", "session_cookie"),
+        ("Set-Cookie: JSESSIONID=A1B2C3D4E5; Path=/", "A1B2C3D4E5", "session_cookie"),
+        ("resumed sessionid=k2j3h4g5f6 for bob", "k2j3h4g5f6", "session_cookie"),
+        ("PHPSESSID=9f8e7d6c5b", "9f8e7d6c5b", "session_cookie"),
+        ('{"session_id": "s-77aa88bb"}', "s-77aa88bb", "session_cookie"),
+        (
+            "notify https://hooks.slack.com/services/T0A1B2C3D/B0E4F5G6H/abcdefABCDEF0123456789xy",
+            "T0A1B2C3D/B0E4F5G6H/abcdefABCDEF0123456789xy",
+            "webhook_url",
+        ),
+        ("hooks.slack.com/workflows/T01/A02/345/xyzXYZ", "T01/A02/345/xyzXYZ", "webhook_url"),
+        ("https://discord.com/api/webhooks/1234567/tokENabc-_9", "1234567/tokENabc-_9", "webhook_url"),
+        ("the password is hunter2.", "hunter2", "password"),
+        ("Your new password was: Tr0ub4dor&3", "Tr0ub4dor&3", "password"),
+        ("passphrase is 'correct horse battery'", "correct horse battery", "password"),
+        ("the password is letmein", "letmein", "password"),
+        ("pass: hunter2", "hunter2", "password"),
+        ("db_pass=s3cr3t99", "s3cr3t99", "password"),
+        ('{"pass": "opensesame"}', "opensesame", "password"),
     ],
 )
 def test_it_redacts_each_kind_of_secret(text: str, secret: str, kind: str) -> None:
@@ -142,6 +174,20 @@ def test_it_redacts_each_kind_of_secret(text: str, secret: str, kind: str) -> No
         "max_tokens: 512 exceeded",
         "task-1234 and invoice_id inv_2041 failed",
         "ratio 3:2 and 16:9",
+        "the pass was closed",
+        "password reset email sent",
+        "the password is incorrect.",
+        "Password is required",
+        "the password was changed yesterday",
+        "the password is expiring soon",
+        "bypass: enabled",
+        "compass: north",
+        "pass: true",
+        "Basic authentication failed for this endpoint",
+        "basic plan exceeded",
+        "cookie: disabled in this browser",
+        "the session expired: sign in again",
+        "posted to https://hooks.example.com/services/x",
         "",
     ],
 )
@@ -188,25 +234,184 @@ def test_redacted_is_a_frozen_dataclass() -> None:
         redacted.text = "y"  # type: ignore[misc]
 
 
-def test_redact_json_redacts_every_string_and_leaves_keys_and_other_values() -> None:
+def test_redact_json_redacts_every_string_and_the_values_of_secret_named_keys() -> None:
     value = {
         "password": "plain text",
         "nested": [{"dsn": "postgres://u:pw12345@h/db"}, 3, True, None, 1.5],
         "note": "key AKIAIOSFODNN7EXAMPLE",
+        "max_tokens": 512,
     }
     redacted, kinds = redact_json(value)
     assert redacted == {
-        "password": "plain text",
+        "password": "[REDACTED:password]",
         "nested": [{"dsn": "[REDACTED:connection_string]"}, 3, True, None, 1.5],
         "note": "key [REDACTED:aws_access_key]",
+        "max_tokens": 512,
     }
-    assert kinds == ("aws_access_key", "connection_string")
+    assert kinds == ("aws_access_key", "connection_string", "password")
     assert value["note"] == "key AKIAIOSFODNN7EXAMPLE"
 
 
 def test_redact_json_of_a_plain_string_or_scalar() -> None:
     assert redact_json("10.1.2.3:22") == ("[REDACTED:internal_host]", ("internal_host",))
     assert redact_json(42) == (42, ())
+
+
+def test_redact_json_redacts_keys_too_and_keeps_two_redacted_keys_apart() -> None:
+    value = {"sk-live0123456789abcdef": 1, "sk-live0123456789abcdeZ": 2, "field": "amount"}
+    redacted, kinds = redact_json(value)
+    assert redacted == {"[REDACTED:api_key]": 1, "[REDACTED:api_key]'": 2, "field": "amount"}
+    assert kinds == ("api_key",)
+
+
+def test_a_string_that_is_json_is_redacted_as_the_values_it_holds() -> None:
+    # Inside the string the URL is written `postgres:\/\/…`: no pattern sees it in the text.
+    message = json.dumps({"dsn": "postgres://admin:pw9876@db/app", "attempt": 2}).replace("/", "\\/")
+    assert "postgres://" not in message
+    redacted, kinds = redact_json({"agent_message": message})
+    assert "pw9876" not in redacted["agent_message"]
+    assert json.loads(redacted["agent_message"]) == {"dsn": "[REDACTED:connection_string]", "attempt": 2}
+    assert kinds == ("connection_string",)
+
+
+def test_a_json_string_without_secrets_is_kept_as_sent() -> None:
+    message = '{"b": 1,   "a": "x\\/y"}'
+    assert redact_json([message]) == ([message], ())
+
+
+def test_escapes_inside_prose_do_not_hide_a_secret() -> None:
+    text = 'upstream said {"dsn": "postgres:\\/\\/admin:pw4321@db\\/app"} and \\u0073k-live0123456789abcdef'
+    redacted, _ = redact_json(text)
+    assert "pw4321" not in redacted
+    assert "k-live0123456789abcdef" not in redacted
+
+
+def test_redact_json_with_credential_keys_replaces_their_values_whatever_they_hold() -> None:
+    value = {
+        "to": "bob@example.com",
+        "Password": 123456,
+        "db": {"x-api-key": "k1", "authToken": ["a", "b"], "private_key": None},
+        "headers": {"Authorization": "Bearer zzz", "Cookie": "sid=1"},
+        "client_secret": {"value": "s"},
+        "max_tokens": 5,
+        "tokenizer": "bpe",
+        "note": "key AKIAIOSFODNN7EXAMPLE",
+    }
+    redacted, kinds = redact_json(value, credential_keys=True)
+    key_name = "[REDACTED:key_name]"
+    assert redacted == {
+        "to": "bob@example.com",
+        "Password": key_name,
+        "db": {"x-api-key": key_name, "authToken": key_name, "private_key": key_name},
+        "headers": {"Authorization": key_name, "Cookie": key_name},
+        "client_secret": key_name,
+        "max_tokens": 5,
+        "tokenizer": "bpe",
+        "note": "key [REDACTED:aws_access_key]",
+    }
+    assert kinds == ("aws_access_key", "key_name")
+
+
+def test_without_credential_keys_only_the_pair_rules_apply_to_a_keys_value() -> None:
+    redacted, _ = redact_json({"authToken": ["a", "b"], "cookie": "sid=1", "x-api-key": "k1"})
+    assert redacted == {"authToken": ["a", "b"], "cookie": "sid=1", "x-api-key": "[REDACTED:password]"}
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("password", True),
+        ("PASSWORD", True),
+        ("db_password", True),
+        ("X-Api-Key", True),
+        ("apikey", True),
+        ("apiKey", True),
+        ("client_secret", True),
+        ("client-secret", True),
+        ("refresh_token", True),
+        ("set-cookie", True),
+        ("authorization", True),
+        ("private_key", True),
+        ("passwd", True),
+        ("max_tokens", False),
+        ("tokenizer", False),
+        ("key", False),
+        ("public_key", False),
+        ("secretary", False),
+        ("password_hint_shown", True),
+        ("amount", False),
+    ],
+)
+def test_credential_key_names(name: str, credential: bool) -> None:
+    assert is_credential_key(name) is credential
+
+
+def test_redact_json_walks_deep_values_without_recursion() -> None:
+    deep: list = ["sk-live0123456789abcdef"]
+    for _ in range(5000):
+        deep = [deep]
+    redacted, kinds = redact_json(deep)
+    for _ in range(5000):
+        redacted = redacted[0]
+    assert redacted == ["[REDACTED:api_key]"]
+    assert kinds == ("api_key",)
+
+
+def test_redact_json_makes_lone_surrogates_storable() -> None:
+    redacted, _ = redact_json({"a\ud800": "x\udfffy \U0001f600"})
+    assert redacted == {"a\ufffd": "x\ufffdy \U0001f600"}
+    json.dumps(redacted, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        (rb'{"agent_message": "postgres:\/\/admin:pw1111@host/db"}', "pw1111"),
+        (rb'{"agent_message": "\u0073k-live0123456789abcdef"}', "k-live0123456789abcdef"),
+        (rb'{"\u0073k-live0123456789abcdef": 1}', "k-live0123456789abcdef"),
+        (rb'{"m": "{\"dsn\": \"postgres:\\/\\/admin:pw2222@host\"}"}', "pw2222"),
+        (rb'{"safe_details": {"token": "\u0074ok-value-77"}}', "tok-value-77"),
+        (rb'{"m": "x", "m": "postgres:\/\/admin:pw3333@host"}', "pw3333"),
+    ],
+)
+def test_redact_body_redacts_the_decoded_values_of_a_json_body(raw: bytes, secret: str) -> None:
+    redacted = redact_body(raw)
+    assert secret not in redacted.text
+    assert secret not in json.dumps(json.loads(redacted.text), ensure_ascii=False)
+    assert redacted.kinds
+
+
+def test_redact_body_keeps_a_json_body_readable_as_json() -> None:
+    raw = b'{"ok": false, "tool": "send_email", "password": "hunter22", "n": [1, 2.5, null]}'
+    redacted = redact_body(raw)
+    assert json.loads(redacted.text) == {
+        "ok": False,
+        "tool": "send_email",
+        "password": "[REDACTED:key_name]",
+        "n": [1, 2.5, None],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        (b'{"agent_message": "postgres:\\/\\/admin:pw5555@host", ', "pw5555"),
+        (b'{"m": "\\u0073k-live0123456789abcdef"', "k-live0123456789abcdef"),
+        (b"password=hunter22 and more", "hunter22"),
+        (b"[" * 5000 + b'"sk-live0123456789abcdef"' + b"]" * 5000, "sk-live0123456789abcdef"),
+    ],
+)
+def test_a_body_that_does_not_parse_gets_the_raw_text_pass(raw: bytes, secret: str) -> None:
+    redacted = redact_body(raw)
+    assert secret not in redacted.text
+    assert redacted.kinds
+
+
+def test_redact_body_stores_no_nul_and_no_lone_surrogate() -> None:
+    text = redact_body(b"not json \x00 \xff").text
+    assert "\x00" not in text
+    text.encode("utf-8")
+    assert redact_body(b'{"a": "\\ud800"}').text == '{"a": "\ufffd"}'
 
 
 def test_a_secret_free_kilobyte_is_redacted_within_budget() -> None:
@@ -344,6 +549,15 @@ _SECRETS = st.one_of(
         lambda p: (f"10.{p[0]}.{p[1]}.7:{p[2]}", f"10.{p[0]}.{p[1]}.7")
     ),
     _chars(string.ascii_lowercase, 4, 20).map(lambda s: (f"{s}-db.internal:5432", f"{s}-db.internal")),
+    _chars(_ALNUM, 12, 30).map(lambda s: (f"sessionid={s}", s)),
+    _chars(_ALNUM, 12, 30).map(lambda s: (f"Cookie: theme=dark; sessionid={s}", s)),
+    _chars(_ALNUM, 24, 40).map(lambda s: (f"https://hooks.slack.com/services/T0/B0/{s}", s)),
+    st.tuples(_chars(_ALNUM, 3, 12), _chars(_PASSWORD_CHARS.replace(":", ""), 10, 30))
+    .map(lambda p: base64.b64encode(f"{p[0]}:{p[1]}".encode()).decode())
+    .map(lambda token: (f"Basic {token}", token)),
+    _chars(_ALNUM + "!#$%*+-/?@^_~", 3, 20)
+    .filter(lambda s: any(c.isdigit() for c in s))
+    .map(lambda s: (f"the password is {s}", s)),
 )
 
 
