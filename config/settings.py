@@ -218,6 +218,8 @@ CELERY_BEAT_SCHEDULE = {
     # (metrics/README.md): what keeps the metrics pages and API from reading envelopes.
     "rollup-metrics": {"task": "metrics.tasks.rollup_metrics", "schedule": 60.0},
     "purge-idempotency-keys": {"task": "envelopes.tasks.purge_idempotency_keys", "schedule": 3600.0},
+    "purge-quarantine": {"task": "envelopes.tasks.purge_quarantine", "schedule": 3600.0},
+    "purge-webhook-history": {"task": "webhooks.tasks.purge_webhook_history", "schedule": 3600.0},
 }
 # Webhook delivery has its own queue, so that deliveries never queue in front of the timer
 # sweeps. A worker started without -Q consumes both queues (`celery -A config worker --beat`
@@ -225,6 +227,11 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"celery": {}, "webhooks": {}}  # name: options
 CELERY_TASK_ROUTES = {"webhooks.tasks.deliver_due_messages": {"queue": "webhooks"}}
+# Retention of what beat purges hourly (read at each purge): delivered webhook messages with
+# their tries, dead letters, quarantined payloads.
+HOLDPOINT_WEBHOOK_RETENTION_DAYS = env.int("HOLDPOINT_WEBHOOK_RETENTION_DAYS", default=30)
+HOLDPOINT_DEAD_LETTER_RETENTION_DAYS = env.int("HOLDPOINT_DEAD_LETTER_RETENTION_DAYS", default=90)
+HOLDPOINT_QUARANTINE_RETENTION_DAYS = env.int("HOLDPOINT_QUARANTINE_RETENTION_DAYS", default=30)
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)

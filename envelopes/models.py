@@ -349,7 +349,11 @@ class Quarantine(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        indexes = [models.Index(fields=["team", "-received_at"], name="quarantine_team_recent_idx")]
+        indexes = [
+            models.Index(fields=["team", "-received_at"], name="quarantine_team_recent_idx"),
+            # envelopes.retention.quarantine_purge: received before the cutoff, oldest first.
+            models.Index(fields=["received_at"], name="quarantine_received_idx"),
+        ]
 
 
 class SkippedResource(models.Model):

@@ -8,6 +8,7 @@ from . import services
 from .audit import audit_seal
 from .idempotency import idempotency_purge
 from .models import Team
+from .retention import quarantine_purge
 
 
 @shared_task
@@ -38,6 +39,12 @@ def fire_step_timer(step_id: int) -> bool:
 def purge_idempotency_keys() -> int:
     """Beat, hourly: forget stored answers past HOLDPOINT_IDEMPOTENCY_TTL_HOURS."""
     return idempotency_purge()
+
+
+@shared_task
+def purge_quarantine() -> int:
+    """Beat, hourly: forget quarantined payloads past HOLDPOINT_QUARANTINE_RETENTION_DAYS."""
+    return quarantine_purge()
 
 
 @shared_task

@@ -16,6 +16,8 @@ def test_every_periodic_task_is_scheduled_and_registered() -> None:
         "webhooks.tasks.deliver_due_messages",
         "metrics.tasks.rollup_metrics",  # without it every metrics read falls back to the envelopes
         "envelopes.tasks.purge_idempotency_keys",
+        "envelopes.tasks.purge_quarantine",  # retention (issue 10, point 8)
+        "webhooks.tasks.purge_webhook_history",
     }
     assert set(scheduled) <= set(app.tasks)
     assert scheduled["metrics.tasks.rollup_metrics"] == 60.0

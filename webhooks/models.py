@@ -98,6 +98,10 @@ class OutboxMessage(models.Model):
             models.Index(fields=["next_try_at"], name="outbox_due_idx", condition=Q(status="pending")),
             # Dead letters shown to the team.
             models.Index(fields=["team", "-created_at"], name="outbox_dead_idx", condition=Q(status="dead")),
+            # retention.delivered_messages_purge: delivered before the cutoff, oldest first.
+            models.Index(fields=["delivered_at"], name="outbox_delivered_idx", condition=Q(status="delivered")),
+            # retention.dead_letters_purge: dead letters written before the cutoff, oldest first.
+            models.Index(fields=["created_at"], name="outbox_dead_created_idx", condition=Q(status="dead")),
         ]
 
     def __str__(self) -> str:

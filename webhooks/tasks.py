@@ -1,10 +1,10 @@
-"""Thin Celery tasks over webhooks.delivery."""
+"""Thin Celery tasks over webhooks.delivery and webhooks.retention."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from . import delivery
+from . import delivery, retention
 from .outbox import delivery_pending_clear
 
 
@@ -15,3 +15,9 @@ def deliver_due_messages() -> int:
     claimed under SKIP LOCKED and leased."""
     delivery_pending_clear()  # from here on, an event that commits enqueues a sweep again
     return delivery.deliver_due_messages()
+
+
+@shared_task
+def purge_webhook_history() -> int:
+    """Beat, hourly: forget delivered messages and dead letters past their retention."""
+    return retention.delivered_messages_purge() + retention.dead_letters_purge()
