@@ -93,7 +93,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _cache_url = env.str("CACHE_URL", default="")
 if _cache_url.startswith(("redis://", "rediss://")):
-    CACHES = {"default": {"BACKEND": "config.cache.HoldpointRedisCache", "LOCATION": _cache_url}}
+    CACHES = {
+        "default": {
+            "BACKEND": "config.cache.HoldpointRedisCache",
+            "LOCATION": _cache_url,
+            # A Redis that is down or unreachable costs a request at most this, never a hang:
+            # the throttle then lets calls through (limits/throttle.py).
+            "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+        }
+    }
 else:
     # Shared by every web process. Its table is made by `migrate` (limits' migrations); the
     # throttle windows and one-time claims have tables of their own, safe from its culling.

@@ -1,0 +1,117 @@
+"""The per-key API throttle (contract §4: 429 with Retry-After): a fixed window counted
+atomically where every web process sees it, and a Redis outage lets calls through."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+
+from envelopes.configuration import api_key_create, team_create
+from limits import throttle
+from tests import worker
+from tests.conftest import AgentClient, error_envelope
+from tests.deploy.deployment import gunicorn
+
+LIMIT = 20
+CALLS = 60
+
+
+def cache_choices() -> list[str]:
+    """The database table always; Redis too when the suite runs with a Redis cache (CI)."""
+    url = settings.CACHES["default"].get("LOCATION", "")
+    return ["database", url] if str(url).startswith("redis") else ["database"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cache_url", cache_choices())
+def test_four_gunicorn_workers_together_admit_exactly_the_limit(cache_url: str) -> None:
+    raw_key = api_key_create(team=team_create(slug="acme"), name="agent").raw
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DATABASE_URL": worker.test_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "SECRET_KEY": "throttle-test",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "HOLDPOINT_HTTPS": "false",
+        "HOLDPOINT_API_RATE": f"{LIMIT}/hour",
+    }
+    if cache_url != "database":
+        env["CACHE_URL"] = cache_url
+        # Another test's window for the same key id must not count here.
+        from django.core.cache import cache
+
+        cache.clear()
+    wait_for_a_whole_window(3600)
+
+    headers = {"Authorization": f"Bearer {raw_key}"}
+    with gunicorn(env, workers=4) as url:
+
+        def call(_: int) -> int:
+            return httpx.get(f"{url}/api/v1/steps", headers=headers, timeout=30).status_code
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            statuses = list(pool.map(call, range(CALLS)))
+        throttled = httpx.get(f"{url}/api/v1/steps", headers=headers)
+
+    assert statuses.count(200) == LIMIT
+    assert statuses.count(429) == CALLS - LIMIT
+    assert 1 <= int(throttled.headers["Retry-After"]) <= 3600
+    assert throttled.json()["code"] == "throttled"
+
+
+def wait_for_a_whole_window(length_s: int) -> None:
+    """Start with more than a minute left in the window, so the calls all fall in one."""
+    left = length_s - time.time() % length_s
+    if left < 60:
+        time.sleep(math.ceil(left))
+
+
+@pytest.fixture
+def redis_down(agent: AgentClient, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After `agent` (whose set-up clears the cache), the cache points where Redis is not."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "config.cache.HoldpointRedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+            "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+        }
+    }
+    monkeypatch.setattr(throttle, "_redis_down_until", 0.0)
+    monkeypatch.setattr(throttle, "_last_warning", 0.0)
+
+
+@pytest.mark.django_db
+def test_with_redis_down_calls_go_through_and_one_warning_is_logged(
+    redis_down: None, agent: AgentClient, caplog: Any
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="holdpoint.throttle"):
+        listed = [agent.get("/api/v1/steps").status_code for _ in range(5)]
+        posted = agent.envelope(error_envelope())
+
+    assert listed == [200] * 5
+    assert posted.status_code == 201, posted.content
+    warnings = [record.getMessage() for record in caplog.records if record.name == "holdpoint.throttle"]
+    assert len(warnings) == 1
+    assert "cannot be reached" in warnings[0] and "not rate-limited" in warnings[0]
+
+
+@pytest.mark.django_db
+def test_the_database_window_restarts_its_count_in_the_next_window(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "holdpoint_cache"}
+    }
+
+    first = [throttle.window_hit("api_key:1", 100, 60) for _ in range(3)]
+    later = [throttle.window_hit("api_key:1", 101, 60) for _ in range(2)]
+    other = throttle.window_hit("api_key:2", 101, 60)
+
+    assert first == [1, 2, 3]
+    assert later == [1, 2]
+    assert other == 1
