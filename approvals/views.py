@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -232,7 +232,9 @@ def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context["moved_since"] = bool(seen) and seen != step.state
         context["seen_state"] = seen
         return _render(request, "approvals/step.html", context, partial="step-live")
-    if _targets(request, "timeline-older") and before is not None:
+    if _targets(request, "timeline-older"):
+        if before is None:
+            return HttpResponseBadRequest("No such place in the timeline; reload the page.")
         page = timeline.step_timeline(step, before=before)
         context = {"step": step, "page": page, "live": True, "now": timezone.now()}
         return _render(request, "approvals/_timeline.html", context, partial="timeline-older")

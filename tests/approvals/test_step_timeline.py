@@ -209,6 +209,7 @@ def test_an_unreadable_cursor_shows_the_latest_events(rita: Client, team: Team) 
         assert response.status_code == 200
         assert len(entries(response.content.decode())) == PAGE_SIZE
         assert "Back to the latest events" not in response.content.decode()
+        assert rita.get(f"/steps/{step.pk}/?before={cursor}", **htmx_headers("timeline-older")).status_code == 400
 
 
 def test_another_teams_older_events_are_404(outsider: Any, agent: AgentClient, team: Team) -> None:
