@@ -52,6 +52,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes",
+    "notifications",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -255,3 +257,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+    # Notifying reviewers (§9): reminders, expiry warnings, escalations, batched sends.
+    "notify-reviewers": {"task": "notifications.tasks.notify", "schedule": HOLDPOINT_SWEEP_SECONDS},
+
+# --- notifying reviewers by email (contract §9) ----------------------------------------------
+# EMAIL_URL: smtp://user:pass@host:25, smtp+tls://...:587, smtp+ssl://...:465 (django-environ).
+# Without it, mail is written to files under var/mail/ (one file per message).
+if env.str("EMAIL_URL", default=""):
+    globals().update(env.email_url("EMAIL_URL"))
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = VAR_DIR / "mail"
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Holdpoint <holdpoint@localhost>")
+EMAIL_TIMEOUT = 10

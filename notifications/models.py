@@ -1,0 +1,224 @@
+"""Notification channels and what goes through them (contract §9).
+
+A change of the core becomes Notices (one per channel that wants it) in the change's
+transaction; a channel's pending notices are flushed into one Message at a time (at once, or a
+digest at the end of the batching window); Messages are the outbox, sent by Celery and retried
+on the §5 schedule, every try a SendTry row. A Watch remembers a held step announced to a
+channel: the reminders, the expiry warning and the escalation it may still owe."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+EVENTS = (
+    "approval.requested",
+    "verification.requested",
+    "step.escalated",
+    "tool.halted",
+    "step.overdue",
+    "approval.expiring",
+)
+DEFAULT_EVENTS = EVENTS[:4]
+MAX_REMINDERS = 3
+
+
+def default_events() -> list[str]:
+    return list(DEFAULT_EVENTS)
+
+
+class ChannelQuerySet(models.QuerySet["Channel"]):
+    def for_team(self, team: models.Model) -> ChannelQuerySet:
+        return self.filter(team=team)
+
+    def enabled(self) -> ChannelQuerySet:
+        return self.filter(disabled_at__isnull=True)
+
+
+class Channel(models.Model):
+    class Kind(models.TextChoices):
+        EMAIL = "email"
+        SLACK = "slack"
+        WEBHOOK = "webhook"
+
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="notification_channels")
+    name = models.CharField(max_length=100, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # email: comma-separated addresses or "@reviewers"; slack: the incoming-webhook URL (itself a
+    # credential: never shown whole); webhook: the receiver's URL.
+    target = models.CharField(max_length=2000)
+    events = models.JSONField(default=default_events)
+    tools = models.JSONField(default=list, blank=True)  # empty: every tool
+    batch_window_s = models.PositiveIntegerField(default=60)
+    remind_after_s = models.PositiveIntegerField(default=3600)
+    escalate_to = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    escalate_after_s = models.PositiveIntegerField(null=True, blank=True)
+    # A webhook channel's signing secret (whsec_...), kept to sign as §5 does; shown once.
+    secret = models.CharField(max_length=200, blank=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=100, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True)  # never the target or the secret
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    # The batching window: nothing is sent before this (a digest of what waited goes then).
+    window_ends_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ChannelQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=["email", "slack", "webhook"]), name="channel_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.kind} #{self.pk}"
+
+    @property
+    def disabled(self) -> bool:
+        return self.disabled_at is not None
+
+    def wants(self, event: str, tool: str | None) -> bool:
+        return event in self.events and (not self.tools or tool is None or tool in self.tools)
+
+    def wants_tool(self, tool: str | None) -> bool:
+        return not self.tools or tool is None or tool in self.tools
+
+
+class Watch(models.Model):
+    """A step that entered a held state, as one channel follows it. Updated, not history."""
+
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="watches")
+    step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, related_name="+")
+    state = models.CharField(max_length=20)
+    entered_at = models.DateTimeField()  # the step's state_entered_at: a later entry is another watch
+    announced_at = models.DateTimeField()
+    reminders = models.PositiveSmallIntegerField(default=0)
+    expiring_sent = models.BooleanField(default=False)
+    escalated = models.BooleanField(default=False)
+    # When the next reminder, warning or escalation is due; None when it owes nothing more.
+    due_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "step", "entered_at"], name="watch_unique_entry"),
+        ]
+        indexes = [
+            # The watch sweep: watches whose next reminder, warning or escalation is due.
+            models.Index(fields=["due_at"], name="watch_due_idx", condition=Q(due_at__isnull=False)),
+        ]
+
+
+class Message(models.Model):
+    """One send to one channel (a single event, a digest or a test), the outbox of §9."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        DEAD = "dead"
+        DROPPED = "dropped"  # every step it announced was decided before it went out
+
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="messages")
+    message_id = models.CharField(max_length=64, unique=True)  # webhook-id, the same on every try
+    kind = models.CharField(max_length=40)  # an event, "digest" or "test"
+    subject = models.CharField(max_length=300)
+    text = models.TextField()
+    html = models.TextField(blank=True)
+    body = models.TextField(blank=True)  # the JSON sent to Slack or the webhook
+    recipients = models.JSONField(default=list, blank=True)  # email: resolved when it was built
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveIntegerField(default=0)
+    next_try_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "sent", "dead", "dropped"]), name="notification_message_status_valid"
+            ),
+        ]
+        indexes = [
+            # The send sweep: pending messages whose next try is due.
+            models.Index(fields=["next_try_at"], name="ntf_message_due_idx", condition=Q(status="pending")),
+            # A channel's recent messages on /notifications/.
+            models.Index(fields=["channel", "-created_at"], name="ntf_message_channel_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.message_id} ({self.status})"
+
+
+class NoticeQuerySet(models.QuerySet["Notice"]):
+    def pending(self) -> NoticeQuerySet:
+        return self.filter(status=Notice.Status.PENDING)
+
+
+class Notice(models.Model):
+    """One event for one channel, written in the transaction of the change it reports."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # waits for its channel's next message
+        SENT = "sent"  # carried by `message`
+        DROPPED = "dropped"  # the step moved on (or the channel was disabled) before it went out
+        FOLDED = "folded"  # a step of a halted tool: the halt's message speaks for it
+
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notices")
+    event = models.CharField(max_length=40)
+    step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    tool = models.CharField(max_length=100, blank=True)
+    entered_at = models.DateTimeField(null=True, blank=True)  # the step's held entry it is about
+    escalated_from = models.ForeignKey(Channel, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # For a step: its §4 shape when the notice was written (redacted as stored); for a halt:
+    # {tool, reason, until}.
+    data = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    message = models.ForeignKey(Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="notices")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = NoticeQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "sent", "dropped", "folded"]), name="notice_status_valid"
+            ),
+        ]
+        indexes = [
+            # A channel's flush: its pending notices in order.
+            models.Index(fields=["channel", "created_at"], name="notice_pending_idx", condition=Q(status="pending")),
+            # The step page's "notified <channel>" entries.
+            models.Index(fields=["step"], name="notice_step_idx", condition=Q(step__isnull=False)),
+        ]
+
+
+class SendTry(models.Model):
+    """One try of one message. Append-only."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="send_tries")
+    number = models.PositiveIntegerField()
+    tried_at = models.DateTimeField(default=timezone.now)
+    ok = models.BooleanField(default=False)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=300, blank=True)  # never the target or the secret
+    next_try_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["message", "number"], name="sendtry_unique")]
+
+    def __str__(self) -> str:
+        return f"try {self.number} of {self.message_id}"
+
+
+def is_due(moment: datetime | None, now: datetime) -> bool:
+    return moment is None or moment <= now

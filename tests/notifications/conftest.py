@@ -1,0 +1,148 @@
+"""Fixtures for notifications: real receivers (an SMTP server, an HTTP receiver that checks
+what Slack documents for incoming webhooks), channels, and steps held through the API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from envelopes.models import Step
+from tests.conftest import AgentClient, error_envelope
+from tests.webhooks.conftest import Receiver
+
+# Block types a Slack message may carry (https://docs.slack.dev/reference/block-kit/blocks).
+SLACK_BLOCK_TYPES = {"actions", "context", "divider", "header", "image", "input", "rich_text", "section", "file"}
+
+
+def approval_envelope(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "code": "AMOUNT_OVER_LIMIT",
+        "category": "authorization",
+        "commit_state": "not_committed",
+        "retry": {"directive": "never", "max_attempts_remaining": 0},
+        "next_action": "request_approval",
+        "safe_details": {"limit": "1000", "field": "amount"},
+        "tool": "charge_card",
+        "operation_ref": "run_1/charge",
+    }
+    body.update(overrides)
+    return error_envelope(**body)
+
+
+def outage_envelope(**overrides: Any) -> dict[str, Any]:
+    """A service-wide failure whose outcome is unknown: the step escalates, the tool halts."""
+    body: dict[str, Any] = {
+        "code": "UPSTREAM_UNAVAILABLE",
+        "category": "dependency",
+        "commit_state": "unknown",
+        "retry": {"directive": "never", "max_attempts_remaining": 0},
+        "next_action": "escalate",
+        "scope": "service",
+        "tool": "charge_card",
+        "safe_details": {},
+    }
+    body.update(overrides)
+    return error_envelope(**body)
+
+
+def hold(agent: AgentClient, ref: str = "run_1/charge", **overrides: Any) -> Step:
+    response = agent.envelope(approval_envelope(operation_ref=ref, **overrides))
+    assert response.status_code == 201, response.content
+    return Step.objects.get(team__slug="acme", operation_ref=ref)
+
+
+@pytest.fixture
+def allow_private(settings: Any) -> None:
+    settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
+
+
+@pytest.fixture
+def no_enqueue(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the on-commit enqueues instead of reaching a broker (tests run the sweep)."""
+    calls: list[int] = []
+    monkeypatch.setattr("notifications.consumer.enqueue_notify", lambda: calls.append(1))
+    monkeypatch.setattr("webhooks.outbox.enqueue_delivery", lambda: None)
+    return calls
+
+
+class SlackReceiver(Receiver):
+    """A local HTTP receiver that answers like Slack's incoming webhooks: 200 "ok" for a JSON
+    body with a string `text` and a list of `blocks` of known types, else 400."""
+
+    def payloads(self) -> list[dict[str, Any]]:
+        return [json.loads(request.body) for request in self.received]
+
+    def check(self) -> None:
+        for payload in self.payloads():
+            assert isinstance(payload.get("text"), str) and payload["text"]
+            assert isinstance(payload.get("blocks"), list) and 0 < len(payload["blocks"]) <= 50
+            for block in payload["blocks"]:
+                assert block["type"] in SLACK_BLOCK_TYPES, block
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackReceiver]:
+    server = SlackReceiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.close()
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[EmailMessage] = []
+        self.envelopes: list[Any] = []
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        with self.lock:
+            self.envelopes.append(envelope)
+            self.messages.append(message_from_bytes(envelope.original_content, policy=policy.default))  # type: ignore[arg-type]
+        return "250 Message accepted for delivery"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def smtp(settings: Any) -> Iterator[Inbox]:
+    """A real SMTP server (aiosmtpd) on a free port, and Django's SMTP backend pointed at it."""
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = controller.port
+    settings.EMAIL_USE_TLS = False
+    settings.EMAIL_HOST_USER = ""
+    settings.EMAIL_HOST_PASSWORD = ""
+    yield inbox
+    controller.stop()
+
+
+@pytest.fixture(autouse=True)
+def _core_emits_to_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the core imports envelopes.events.event_emit (the last step of issue 12), route its
+    emits there, as the switch will."""
+    from envelopes import events, services, transitions
+
+    for module in (services, transitions):
+        if getattr(module, "event_emit", None) is not events.event_emit:
+            monkeypatch.setattr(module, "event_emit", events.event_emit)
