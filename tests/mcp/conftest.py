@@ -78,19 +78,13 @@ class Rig:
         return [call for call in self.upstream_state()["calls"] if call["tool"] == tool]
 
     @asynccontextmanager
-    async def session(self, *args: str, **env: str) -> AsyncIterator[ClientSession]:
-        """A client session with the proxy, which launches the upstream server."""
+    async def session(self, *args: str, upstream_url: str | None = None, **env: str) -> AsyncIterator[ClientSession]:
+        """A client session with the proxy, which launches the upstream server (or reaches it
+        at `upstream_url` over streamable HTTP)."""
+        upstream = ["--upstream-url", upstream_url] if upstream_url else ["--upstream", f"{sys.executable} {UPSTREAM}"]
         parameters = StdioServerParameters(
             command=sys.executable,
-            args=[
-                "-m",
-                "holdpoint_sdk.mcp_proxy",
-                "--config",
-                str(self.config_file),
-                *args,
-                "--upstream",
-                f"{sys.executable} {UPSTREAM}",
-            ],
+            args=["-m", "holdpoint_sdk.mcp_proxy", "--config", str(self.config_file), *args, *upstream],
             env=self.env(**env),
             cwd=str(ROOT),
         )

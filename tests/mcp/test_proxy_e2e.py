@@ -4,6 +4,9 @@ live Holdpoint (see conftest.py); scenarios that need timers run a real Celery w
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,18 +18,18 @@ from django.db import connection
 
 from approvals.services import reviewer_create, step_decide
 from envelopes.models import Step, Tool
-from tests.mcp.conftest import Rig
+from tests.mcp.conftest import UPSTREAM, Rig
 from tests.mcp.upstream_server import TOOLS
 from tests.worker import Worker, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-def run(rig: Rig, scenario: Callable[[Any], Awaitable[Any]], *args: str) -> Any:
+def run(rig: Rig, scenario: Callable[[Any], Awaitable[Any]], *args: str, upstream_url: str | None = None) -> Any:
     """Run `scenario(session)` against a fresh proxy; its return value."""
 
     async def main() -> Any:
-        async with rig.session(*args) as session:
+        async with rig.session(*args, upstream_url=upstream_url) as session:
             return await scenario(session)
 
     return anyio.run(main)
@@ -217,3 +220,57 @@ def test_an_outage_halts_the_tool_and_the_next_charge_is_refused_without_calling
     assert len(rig.upstream_calls("charge_card")) == 1
     assert Tool.objects.get(team=rig.team, name="charge_card").is_halted()
     assert step(rig, "charge_card").state == "waiting_retry"  # the refused charge made no step
+
+
+def test_an_upstream_over_streamable_http_is_guarded_the_same_way(rig: Rig) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    upstream = subprocess.Popen(
+        [sys.executable, str(UPSTREAM), "--http", str(port)], env=rig.env(), stderr=subprocess.DEVNULL
+    )
+    try:
+        assert wait_until(lambda: _accepts(port), timeout=30)
+        invoice = {"customer": "cus_http", "amount": 10}
+
+        async def scenario(session: Any) -> tuple[types.ListToolsResult, types.CallToolResult, types.CallToolResult]:
+            listed = await session.list_tools()
+            return (
+                listed,
+                await session.call_tool("create_invoice", invoice),
+                await session.call_tool("create_invoice", invoice),
+            )
+
+        listed, created, again = run(rig, scenario, upstream_url=f"http://127.0.0.1:{port}/mcp")
+    finally:
+        upstream.terminate()
+        upstream.wait(timeout=10)
+
+    assert [tool.name for tool in listed.tools] == [tool.name for tool in TOOLS]
+    assert not created.is_error and created.structured_content["invoice_id"] == "inv_1"
+    assert again.is_error and holdpoint(again)["refused"] == "already_committed"
+    assert step(rig, "create_invoice").state == "succeeded"
+    assert len(rig.upstream_calls("create_invoice")) == 1
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as client:
+        return client.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_with_holdpoint_unreachable_a_guarded_call_is_not_made(rig: Rig) -> None:
+    async def scenario(session: Any) -> tuple[types.CallToolResult, types.CallToolResult]:
+        return await session.call_tool("create_invoice", {"customer": "c", "amount": 1}), await session.call_tool(
+            "get_balance", {}
+        )
+
+    async def main() -> Any:
+        async with rig.session(HOLDPOINT_URL="http://127.0.0.1:9") as session:
+            return await scenario(session)
+
+    guarded, read = anyio.run(main)
+
+    assert guarded.is_error and "Holdpoint could not be reached" in text(guarded)
+    assert "the call was not made" in text(guarded)
+    assert rig.upstream_calls("create_invoice") == []
+    assert read.structured_content == {"balance": 1200}  # read-only tools do not need Holdpoint

@@ -16,6 +16,8 @@ Tools:
   approved (`_meta["dev.holdpoint/approved"]`).
 - charge_card {amount}: the payment service is down (scope service: the tool halts).
 - get_balance {}: a read.
+
+`python upstream_server.py --http PORT` serves the same tools over streamable HTTP.
 """
 
 from __future__ import annotations
@@ -216,6 +218,16 @@ async def main() -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def serve_http(port: int) -> None:
+    """The same server over streamable HTTP at http://127.0.0.1:PORT/mcp."""
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
     sys.stderr.write(f"seed-tools: state in {STATE} ({time.strftime('%H:%M:%S')})\n")
-    anyio.run(main)
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        serve_http(int(sys.argv[2]))
+    else:
+        anyio.run(main)
