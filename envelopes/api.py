@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Prefetch, Q
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.pagination import CursorPagination
@@ -160,6 +161,9 @@ class VerificationReportInput(StrictSerializer):
         parsed = schema.parse_rfc3339(value)
         if parsed is None:
             raise serializers.ValidationError("RFC 3339 time with an offset.", code="format")
+        out_of_bounds = schema.time_window_error("checked_at", parsed, timezone.now())
+        if out_of_bounds is not None:
+            raise serializers.ValidationError(out_of_bounds, code="time_window")
         return parsed
 
 

@@ -76,7 +76,16 @@ __all__ = [
     "identify",
     "parse_envelope",
     "parse_rfc3339",
+    "time_window_error",
 ]
+
+# How far from the time of receipt a time may lie. Beyond these a time is a client's bug (a clock
+# at 1970, a "never" written as 9999-12-31), and the timers computed from it would overflow.
+# `occurred_at` and `checked_at` are in the past, give or take clock skew; `not_before` may lie
+# ahead, up to a year.
+TIME_PAST_LIMIT = timedelta(days=3653)
+TIME_FUTURE_LIMITS = {"not_before": timedelta(days=366)}
+TIME_SKEW_LIMIT = timedelta(days=1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -114,9 +123,9 @@ def _parse_date_time(value: str) -> datetime | None:
         text = f"{head}.{tail[: min(digits, 6)]}{tail[digits:]}"
     try:
         parsed = datetime.fromisoformat(text)
-    except ValueError:
+        return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
         return None
-    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
 
 
 _Validator = extend(Draft202012Validator, {"pattern": _pattern_keyword})  # type: ignore[no-untyped-call]
@@ -276,6 +285,10 @@ def parse_envelope(payload: Any, *, dialect: str, context: ToolContext, received
         envelope = _normalise_compact(payload, context, received_at) if not errors else {}
     else:
         envelope, errors = payload, _canonical_shape_errors(payload)
+    if not errors:
+        errors, reasons = _time_errors(envelope, received_at)
+        if errors:
+            raise reject("schema_invalid", errors, f"A time of the envelope is out of bounds: {'; '.join(reasons)}.")
     result: bytes | None = None
     if not errors and "result" in envelope:
         try:
@@ -299,6 +312,34 @@ def parse_envelope(payload: Any, *, dialect: str, context: ToolContext, received
         detail = f"{subject} contradicts itself: {'; '.join(reasons)}."
         raise reject("contradictory_envelope", contradictions, detail)
     return _build(envelope, dialect, context, received_at, result)
+
+
+def time_window_error(name: str, value: datetime, now: datetime) -> str | None:
+    """Why the time `value` of field `name` is out of bounds (None: within them)."""
+    future = TIME_FUTURE_LIMITS.get(name.rpartition(".")[2], TIME_SKEW_LIMIT)
+    if value < now - TIME_PAST_LIMIT:
+        return f"{name} lies more than {TIME_PAST_LIMIT.days} days in the past"
+    if value > now + future:
+        return f"{name} lies more than {future.days} day{'s' if future.days != 1 else ''} in the future"
+    return None
+
+
+def _time_errors(envelope: Mapping[str, Any], received_at: datetime) -> tuple[list[FieldError], list[str]]:
+    """The times of a shape-valid envelope that are out of bounds (TIME_PAST_LIMIT...), and why."""
+    retry, verification = envelope.get("retry") or {}, envelope.get("verification") or {}
+    times = {
+        "occurred_at": envelope.get("occurred_at"),
+        "retry.not_before": retry.get("not_before"),
+        "verification.checked_at": verification.get("checked_at"),
+    }
+    errors: list[FieldError] = []
+    reasons: list[str] = []
+    for name, value in times.items():
+        reason = time_window_error(name, _as_datetime(value), received_at) if value is not None else None
+        if reason is not None:
+            errors.append(FieldError(name, "time_window"))
+            reasons.append(reason)
+    return errors, reasons
 
 
 def _canonical_shape_errors(body: Any) -> list[FieldError]:

@@ -1124,3 +1124,73 @@ def test_any_json_either_parses_or_is_rejected(case: tuple[str, Any], context: T
         assert parsed.flags <= {"redacted", "suspicious_text"}
         assert parsed.occurred_at.tzinfo is not None
         assert parsed.ok is (parsed.code is None)
+
+
+# Times: bounded around the time of receipt (no timer can overflow), and an offset that pushes a
+# time out of what a date holds is a format error, not a crash.
+
+
+@pytest.mark.parametrize(
+    ("occurred_at", "rule"),
+    [
+        ("9999-12-31T23:59:59+00:00", "time_window"),
+        ("2026-11-30T12:00:01Z", "time_window"),  # a day and a second ahead
+        ("2016-11-01T00:00:00Z", "time_window"),  # more than ten years back
+        ("9999-12-31T23:59:59-01:00", "format"),  # year 10000 in UTC
+        ("0001-01-01T00:00:00+01:00", "format"),  # year 0 in UTC
+    ],
+)
+def test_an_occurred_at_out_of_bounds_is_rejected(occurred_at: str, rule: str) -> None:
+    assert errors_of(outcome_unknown(occurred_at=occurred_at)) == {("occurred_at", rule)}
+
+
+def test_times_out_of_bounds_name_each_field_and_say_why() -> None:
+    payload = invalid_recipient(
+        occurred_at="1970-01-01T00:00:00Z",
+        next_action="wait_and_retry",
+        retry={"directive": "after_delay", "not_before": "2028-01-01T00:00:00Z", "max_attempts_remaining": 1},
+    )
+    rejected = rejection(payload)
+    assert rejected.code == "schema_invalid"
+    assert {(e.field, e.rule) for e in rejected.errors} == {
+        ("occurred_at", "time_window"),
+        ("retry.not_before", "time_window"),
+    }
+    assert "occurred_at lies more than 3653 days in the past" in rejected.detail
+    assert "retry.not_before lies more than 366 days in the future" in rejected.detail
+
+
+def test_times_just_within_the_bounds_are_accepted() -> None:
+    parsed = parse(
+        invalid_recipient(
+            occurred_at="2026-11-30T12:00:00Z",
+            next_action="wait_and_retry",
+            retry={"directive": "after_delay", "not_before": "2027-11-30T12:00:00Z", "max_attempts_remaining": 1},
+        )
+    )
+    assert parsed.occurred_at == RECEIVED + timedelta(days=1)
+    assert parsed.not_before == RECEIVED + timedelta(days=366)
+
+
+def test_a_success_envelopes_checked_at_is_bounded_too() -> None:
+    payload = {
+        "ok": True,
+        "tool": "create_invoice",
+        "operation_ref": "r1",
+        "commit_state": "committed",
+        "verification": {"checked_at": "2027-01-01T00:00:00Z"},
+    }
+    assert errors_of(payload) == {("verification.checked_at", "time_window")}
+    assert errors_of(_mcp_wrapped(payload), "mcp") == {("verification.checked_at", "time_window")}
+
+
+def _mcp_wrapped(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {"content": [], "structuredContent": envelope, "isError": not envelope["ok"]}
+
+
+def test_a_time_window_error_is_none_inside_the_bounds() -> None:
+    from envelopes.schema import time_window_error
+
+    assert time_window_error("checked_at", RECEIVED, RECEIVED) is None
+    assert time_window_error("checked_at", RECEIVED + timedelta(days=2), RECEIVED) is not None
+    assert time_window_error("retry.not_before", RECEIVED + timedelta(days=2), RECEIVED) is None

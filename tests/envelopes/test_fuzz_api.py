@@ -1,0 +1,274 @@
+"""Odd input never answers 5xx: generated envelopes, attempts and verification reports, near the
+contract's shapes and far from them, each answered with a 2xx or a problem+json naming its code."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
+
+from envelopes import schema
+from tests.conftest import error_envelope, success_envelope, unknown_outcome
+
+pytestmark = pytest.mark.django_db
+
+PROBLEM = "application/problem+json"
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Times at the edges of what datetime holds, of what an offset can push out of range, and of the
+# bounds the API sets; and times that look right but are not (February 30th, second 60).
+EDGE_TIMES = [
+    "9999-12-31T23:59:59+00:00",
+    "9999-12-31T23:59:59-23:59",
+    "9999-12-31T23:59:59.999999999Z",
+    "0001-01-01T00:00:00+23:59",
+    "0001-01-01T00:00:00Z",
+    "0000-01-01T00:00:00Z",
+    "1970-01-01T00:00:00Z",
+    "2026-02-30T12:00:00Z",
+    "2026-11-29T23:59:60Z",
+    "2026-11-29t12:00:00z",
+]
+
+
+def _format(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+_OFFSETS = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(lambda minutes: timezone(timedelta(minutes=minutes)))
+TIMES = st.one_of(
+    st.sampled_from(EDGE_TIMES),
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=_OFFSETS).map(_format),
+    # Near now, where the bounds are.
+    st.integers(-4000 * 86400, 400 * 86400).map(lambda s: _format(datetime.now(UTC) + timedelta(seconds=s))),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+ODD = st.one_of(
+    TIMES,
+    JSON,
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from(["", "\u0000", "\ud800", "x" * 2000, "sk-live0123456789abcdef", 1e308, -0.0]),
+)
+FIELDS = [
+    "ok",
+    "tool",
+    "operation_ref",
+    "correlation_id",
+    "run_id",
+    "attempt",
+    "occurred_at",
+    "code",
+    "category",
+    "commit_state",
+    "next_action",
+    "scope",
+    "resource_id",
+    "safe_details",
+    "agent_message",
+    "user_message",
+    "verification",
+    "result",
+    ("retry", "directive"),
+    ("retry", "not_before"),
+    ("retry", "max_attempts_remaining"),
+    ("verification", "checked_at"),
+    ("safe_details", "field"),
+]
+BASES = [
+    error_envelope(),
+    unknown_outcome(),
+    success_envelope(),
+    error_envelope(
+        next_action="wait_and_retry",
+        retry={"directive": "after_delay", "not_before": "2026-11-29T12:00:00Z", "max_attempts_remaining": 2},
+    ),
+]
+
+
+@st.composite
+def near_envelopes(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid envelope with one to three fields changed to odd values."""
+    body = json.loads(json.dumps(draw(st.sampled_from(BASES))))
+    for _ in range(draw(st.integers(1, 3))):
+        field = draw(st.sampled_from(FIELDS))
+        value = draw(ODD)
+        if isinstance(field, tuple):
+            parent = body.setdefault(field[0], {})
+            if isinstance(parent, dict):
+                parent[field[1]] = value
+        elif draw(st.booleans()) or field not in body:
+            body[field] = value
+        else:
+            del body[field]
+    return body
+
+
+@st.composite
+def timed_envelopes(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid envelope whose times are drawn: each time field set, in every shape it may take."""
+    body = json.loads(json.dumps(draw(st.sampled_from(BASES))))
+    body["occurred_at"] = draw(st.one_of(st.sampled_from(EDGE_TIMES), TIMES))
+    if "not_before" in body.get("retry", {}):
+        body["retry"]["not_before"] = draw(TIMES)
+    if body["ok"] and draw(st.booleans()):
+        body["verification"] = {"checked_at": draw(TIMES)}
+    return body
+
+
+ENVELOPES = st.one_of(near_envelopes(), from_schema(schema.ENVELOPE_SCHEMA), JSON)
+COMPACT = st.one_of(from_schema(schema.COMPACT_SCHEMA), JSON)
+CONTENT_TYPES = {
+    "canonical": "application/json",
+    "compact": 'application/json; profile="compact"',
+    "mcp": 'application/json; profile="mcp"',
+}
+
+
+def _mcp(envelope: Any, is_error: Any) -> Any:
+    return {"content": [], "structuredContent": envelope, "isError": is_error}
+
+
+BODIES = st.one_of(
+    st.tuples(st.just("canonical"), ENVELOPES),
+    st.tuples(st.just("compact"), COMPACT),
+    st.tuples(st.just("mcp"), st.builds(_mcp, ENVELOPES, st.one_of(st.booleans(), JSON))),
+)
+
+
+def assert_answered_without_fault(response: Any) -> None:
+    assert response.status_code < 500, response.content[:500]
+    if response.status_code >= 400:
+        assert response["Content-Type"].startswith(PROBLEM), (response.status_code, response["Content-Type"])
+        problem = response.json()
+        assert problem["status"] == response.status_code
+        assert isinstance(problem["code"], str) and problem["code"]
+
+
+@FUZZ
+@given(body=BODIES)
+def test_no_envelope_answers_5xx(agent, body: tuple[str, Any]) -> None:
+    dialect, payload = body
+    response = agent.envelope(json.dumps(payload), content_type=CONTENT_TYPES[dialect])
+    assert_answered_without_fault(response)
+
+
+@FUZZ
+@given(envelope=timed_envelopes(), wrapped=st.booleans())
+def test_no_envelope_with_odd_times_answers_5xx(agent, envelope: dict[str, Any], wrapped: bool) -> None:
+    if wrapped:
+        response = agent.envelope(_mcp(envelope, not envelope["ok"]), content_type=CONTENT_TYPES["mcp"])
+    else:
+        response = agent.envelope(envelope)
+    assert_answered_without_fault(response)
+    if response.status_code == 422:
+        assert response.json()["code"] == "schema_invalid"
+
+
+ATTEMPT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tool": {"type": "string", "pattern": schema.TOOL_PATTERN},
+        "input_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+        "run_id": {"type": "string"},
+        "correlation_id": {"type": "string"},
+    },
+    "required": ["tool", "input_fingerprint"],
+}
+ATTEMPTS = st.one_of(
+    from_schema(ATTEMPT_SCHEMA), st.dictionaries(st.sampled_from(list(ATTEMPT_SCHEMA["properties"])), ODD), JSON
+)
+REFS = st.one_of(st.just("run_81/step_4"), st.text(min_size=1, max_size=250))
+
+
+@FUZZ
+@given(ref=REFS, body=ATTEMPTS, key=st.none() | st.text(max_size=300))
+def test_no_attempt_answers_5xx(agent, ref: str, body: Any, key: str | None) -> None:
+    headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
+    try:
+        response = agent.post(f"/api/v1/steps/{quote(ref, safe='')}/attempts", json.dumps(body), **headers)
+    except UnicodeEncodeError:  # a header the test client itself cannot send: no HTTP client could
+        return
+    assert_answered_without_fault(response)
+
+
+REPORTS = st.one_of(
+    st.fixed_dictionaries(
+        {"outcome": st.sampled_from(["committed", "not_found", "unavailable"]), "checked_at": TIMES},
+        optional={"evidence_ref": st.text(max_size=250)},
+    ),
+    st.dictionaries(st.sampled_from(["outcome", "checked_at", "evidence_ref"]), ODD),
+)
+
+
+@FUZZ
+@given(report=REPORTS)
+def test_no_verification_report_answers_5xx(agent, report: Any) -> None:
+    agent.envelope(unknown_outcome())
+    response = agent.post(f"/api/v1/steps/{quote('run_81/step_4', safe='')}/verification", json.dumps(report))
+    assert_answered_without_fault(response)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"occurred_at": "9999-12-31T23:59:59+00:00"}, "occurred_at"),
+        ({"occurred_at": "1970-01-01T00:00:00Z"}, "occurred_at"),
+        ({"verification": {"checked_at": "9999-12-31T23:59:59+00:00"}}, "verification.checked_at"),
+    ],
+)
+def test_a_time_beyond_the_bounds_is_422_naming_the_field(agent, change: dict[str, Any], field: str) -> None:
+    body = unknown_outcome(**change) if field == "occurred_at" else success_envelope(**change)
+    response = agent.envelope(body)
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["code"] == "schema_invalid"
+    assert problem["errors"] == [{"field": field, "rule": "time_window"}]
+    assert field in problem["detail"]
+
+
+def test_a_not_before_more_than_a_year_ahead_is_422(agent) -> None:
+    later = _format(datetime.now(UTC) + timedelta(days=400))
+    body = error_envelope(
+        next_action="wait_and_retry",
+        retry={"directive": "after_delay", "not_before": later, "max_attempts_remaining": 2},
+    )
+    problem = agent.envelope(body).json()
+    assert problem["errors"] == [{"field": "retry.not_before", "rule": "time_window"}]
+
+
+def test_times_within_the_bounds_are_accepted(agent) -> None:
+    now = datetime.now(UTC)
+    body = error_envelope(
+        occurred_at=_format(now - timedelta(days=3000)),
+        next_action="wait_and_retry",
+        retry={
+            "directive": "after_delay",
+            "not_before": _format(now + timedelta(days=300)),
+            "max_attempts_remaining": 2,
+        },
+    )
+    assert agent.envelope(body).status_code == 201
+    skewed = unknown_outcome(operation_ref="r2", occurred_at=_format(now + timedelta(hours=20)))
+    assert agent.envelope(skewed).status_code == 201
+
+
+@pytest.mark.parametrize("checked_at", ["9999-12-31T23:59:59+00:00", "0001-01-01T00:00:00+01:00"])
+def test_a_verification_report_out_of_bounds_is_422_naming_checked_at(agent, checked_at: str) -> None:
+    agent.envelope(unknown_outcome())
+    response = agent.verify("run_81/step_4", "not_found", checked_at=checked_at)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "checked_at"
