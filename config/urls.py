@@ -26,6 +26,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("metrics.urls")),
     path("", include("webhooks.urls")),
+    path("", include("notifications.urls")),
     path("", include("approvals.urls")),
 ]
 # Registered last, so the metrics app's API routes (included above) match first.
