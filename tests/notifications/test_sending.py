@@ -195,3 +195,21 @@ def test_no_secret_reaches_any_channel(
     core = secret.split("=")[-1].split("@")[0].split(" ")[-1]
     for text in sent:
         assert core not in text
+
+
+def test_each_send_is_on_the_steps_timeline(team: Team, agent: AgentClient, receiver: Receiver) -> None:
+    from notifications.queries import step_sends
+
+    channel_create(team=team, kind="webhook", target=receiver.url(), name="ops hook")
+    receiver.answer(Answer(status=502))
+    step = hold(agent)
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        notify()
+        clock.shift(timedelta(seconds=10))
+        notify()
+    sends = step_sends(step.pk)
+    assert [(send.ok, send.text) for send in sends] == [
+        (False, "notifying ops hook failed: HTTP 502"),
+        (True, "notified ops hook"),
+    ]
+    assert {send.event for send in sends} == {"approval.requested"}
