@@ -73,22 +73,43 @@ REASONS: dict[State, frozenset[str]] = {
     State.FAILED: frozenset({"aborted"}),
 }
 
-# Every edge the machine may take. A transition outside this table is a bug, and the
-# property tests check that none happens.
+# Every edge the machine takes, and no other: a brute force over states x events reaches
+# exactly these (tests/envelopes/test_lifecycle_edges.py), and the property tests check that no
+# event sequence leaves them. A new edge is a design change: add it here, on purpose.
+_AGENT_MOVES = frozenset(
+    {
+        # an envelope's next_action, the attempt budget, a malformed envelope, a success
+        State.NEEDS_INPUT,
+        State.WAITING_RETRY,
+        State.VERIFYING,
+        State.AWAITING_APPROVAL,
+        State.ESCALATED,
+        State.SUCCEEDED,
+        State.FAILED,
+    }
+)
+# Held by a human or a lookup: an agent's error envelope moves nothing, so these leave only by
+# a reviewer, a verification report, a timer, a success or a malformed envelope.
+_RELEASES = frozenset({State.RETRY_READY, State.SUCCEEDED, State.CANCELLED, State.ESCALATED})
 EDGES: dict[State, frozenset[State]] = {
-    State.IN_PROGRESS: frozenset(State) - {State.IN_PROGRESS, State.RETRY_READY},
-    State.NEEDS_INPUT: frozenset(State) - {State.NEEDS_INPUT, State.RETRY_READY},
-    State.WAITING_RETRY: frozenset(State) - {State.WAITING_RETRY},
-    State.RETRY_READY: frozenset(State) - {State.RETRY_READY},
-    State.VERIFYING: frozenset(State) - {State.VERIFYING, State.IN_PROGRESS},
-    State.AWAITING_APPROVAL: frozenset(State) - {State.AWAITING_APPROVAL, State.IN_PROGRESS},
-    State.ESCALATED: frozenset(State) - {State.ESCALATED, State.IN_PROGRESS},
+    # Not cancelled: only a held step can be cancelled, and in_progress is not held.
+    State.IN_PROGRESS: _AGENT_MOVES - {State.IN_PROGRESS},
+    # A grant (changed input), an agent's move, or a reviewer's cancel (cancel-all).
+    State.NEEDS_INPUT: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED}) - {State.NEEDS_INPUT},
+    # The same, and its timer.
+    State.WAITING_RETRY: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED, State.RETRY_READY})
+    - {State.WAITING_RETRY},
+    # Not held, so never cancelled by a reviewer.
+    State.RETRY_READY: (_AGENT_MOVES | {State.IN_PROGRESS}) - {State.RETRY_READY},
+    State.VERIFYING: _RELEASES,
+    State.AWAITING_APPROVAL: _RELEASES,
+    State.ESCALATED: _RELEASES - {State.ESCALATED},
     State.SUCCEEDED: frozenset(),
     State.CANCELLED: frozenset(),
     State.FAILED: frozenset(),
 }
 # A step that does not exist yet becomes one through its first envelope or attempt.
-INITIAL: frozenset[State] = frozenset(State) - {State.RETRY_READY}
+INITIAL: frozenset[State] = _AGENT_MOVES | {State.IN_PROGRESS}
 
 # Attempt-gate refusals that count as a duplicate write prevented (contract §4).
 DUPLICATE_PREVENTING = frozenset({"verification_required", "already_committed"})
