@@ -118,9 +118,16 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
         watch.due_at = watch_next_due(watch, channel, expires_at=step.expires_at)
         watches.append(watch)
     Watch.objects.bulk_create(watches, ignore_conflicts=True)
-    if any(notice.status == Notice.Status.PENDING for notice in notices):
-        transaction.on_commit(enqueue_notify)
+    _enqueue_if_sendable([notice.channel for notice in notices if notice.status == Notice.Status.PENDING], now)
     return len(notices)
+
+
+def _enqueue_if_sendable(channels: list[Channel], now: datetime) -> None:
+    """Ask for a send after commit only when one of these channels may send now; inside its
+    batching window beat's sweep sends the digest at the window's end (a burst of events is
+    one enqueue per window, not one per event)."""
+    if any(channel.window_ends_at is None or channel.window_ends_at <= now for channel in channels):
+        transaction.on_commit(enqueue_notify)
 
 
 def _halt_notices(*, team_id: int, data: dict[str, Any]) -> int:
@@ -140,8 +147,7 @@ def _halt_notices(*, team_id: int, data: dict[str, Any]) -> int:
         )
         for channel in channels
     )
-    if channels:
-        transaction.on_commit(enqueue_notify)
+    _enqueue_if_sendable(channels, now)
     return len(channels)
 
 

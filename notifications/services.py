@@ -250,7 +250,12 @@ def channel_flush(*, channel_id: int, now: datetime | None = None) -> Message | 
     the first at once, then one digest per window. A notice whose step was decided (or moved)
     before this is dropped; steps of a tool halted in the same batch are folded into the halt."""
     now = now or timezone.now()
-    channel = Channel.objects.select_for_update(skip_locked=True).select_related("team").filter(pk=channel_id).first()
+    channel = (
+        Channel.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("team")
+        .filter(pk=channel_id)
+        .first()
+    )
     if channel is None or (channel.window_ends_at is not None and channel.window_ends_at > now):
         return None
     pending = list(

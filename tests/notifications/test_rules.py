@@ -205,3 +205,28 @@ def test_escalation_announces_a_step_still_held_on_the_second_channel_once(
     assert (escalated.event, escalated.escalated_from) == ("approval.requested", reviewers)
     assert Message.objects.filter(channel=on_call, status=Message.Status.SENT).count() == 1
     assert "escalated from: reviewers" in texts(slack.payloads()[-1])
+
+
+def test_events_inside_a_window_ask_for_no_send_of_their_own(
+    team: Team,
+    agent: AgentClient,
+    slack: SlackReceiver,
+    clock: Any,
+    no_enqueue: list[int],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    slack_channel(team, slack)
+
+    def committed_hold(ref: str) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            hold(agent, ref)
+
+    committed_hold("run_1/a")
+    assert no_enqueue == [1]  # the window is open: send at once
+    notify()
+    for n in range(5):
+        committed_hold(f"run_1/b{n}")
+    assert no_enqueue == [1]  # inside the window: beat's sweep sends the digest at its end
+    clock.shift(timedelta(seconds=61))
+    committed_hold("run_1/c")
+    assert no_enqueue == [1, 1]
