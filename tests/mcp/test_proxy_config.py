@@ -120,3 +120,10 @@ def test_only_a_structured_result_shaped_like_an_envelope_goes_as_the_mcp_dialec
     assert not looks_like_envelope({"ok": True, "invoice_id": "inv_1"})  # a plain result with an `ok` flag
     assert not looks_like_envelope({"invoice_id": "inv_1"})
     assert not looks_like_envelope([{"ok": False}])
+
+
+def test_the_holdpoint_mcp_console_script_is_installed_with_the_sdk() -> None:
+    script = Path(sys.executable).parent / "holdpoint-mcp"
+    helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0
+    assert "--upstream CMD" in helped.stdout and "--upstream-url URL" in helped.stdout
