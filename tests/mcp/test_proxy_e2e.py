@@ -274,3 +274,31 @@ def test_with_holdpoint_unreachable_a_guarded_call_is_not_made(rig: Rig) -> None
     assert "the call was not made" in text(guarded)
     assert rig.upstream_calls("create_invoice") == []
     assert read.structured_content == {"balance": 1200}  # read-only tools do not need Holdpoint
+
+
+def test_a_rejected_refund_is_never_made_and_the_client_is_told_to_stop(rig: Rig) -> None:
+    reviewer = reviewer_create(username="rex", password="x-unused-pw-2", team=rig.team, role="reviewer")
+
+    def reject_when_held() -> None:
+        try:
+            assert wait_until(
+                lambda: Step.objects.filter(team=rig.team, state="awaiting_approval").exists(), timeout=30
+            )
+            held = Step.objects.get(team=rig.team, state="awaiting_approval")
+            step_decide(team=rig.team, step_id=held.pk, actor=reviewer, action="reject", reason="duplicate refund")
+        finally:
+            connection.close()
+
+    async def scenario(session: Any) -> types.CallToolResult:
+        return await session.call_tool("issue_refund", {"order_id": "ord_8", "amount": 800})
+
+    rejecter = threading.Thread(target=reject_when_held)
+    rejecter.start()
+    rejected = run(rig, scenario)
+    rejecter.join()
+
+    assert rejected.is_error
+    assert holdpoint(rejected)["directive"]["action"] == "stop"
+    assert "is closed (rejected); do not call this tool again for it." in text(rejected)
+    assert len(rig.upstream_calls("issue_refund")) == 1  # only the call that asked for approval
+    assert (step(rig, "issue_refund").state, step(rig, "issue_refund").reason) == ("cancelled", "rejected")
