@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -18,7 +19,16 @@ from rest_framework.views import APIView
 from approvals.models import Decision
 
 from . import openapi, schema, services
-from .idempotency import Replay, body_fingerprint, idempotency_claim, idempotency_release, idempotency_store
+from .idempotency import (
+    IN_FLIGHT_RETRY_AFTER_S,
+    IdempotencyInFlight,
+    Replay,
+    body_fingerprint,
+    idempotency_claim,
+    idempotency_hold,
+    idempotency_release,
+    idempotency_store,
+)
 from .lifecycle import State
 from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
@@ -63,7 +73,29 @@ def request_team(request: Request) -> Team:
     return request.auth.team
 
 
+class _Unstored(Exception):
+    """An answer not to replay (5xx): the work's transaction rolls back and the key is released."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+def _answer(work: Callable[[], Response]) -> Response:
+    """The work's response, or the problem an app error answers (a refusal, a rejected body...)."""
+    try:
+        return work()
+    except Exception as error:
+        handled = problem_exception_handler(error, {})
+        if handled is None or handled.status_code >= 500:
+            raise
+        return handled
+
+
 def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[], Response]) -> Response:
+    """Do `work` once per Idempotency-Key: the work and the answer it stores for replays commit in
+    one transaction (contract §4), so no crash leaves work done and unanswered. An app error is an
+    answer too, committed with what its service wrote (an attempt refusal's audit link, a rejected
+    body's quarantine) and replayed like a success."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return work()
@@ -74,18 +106,22 @@ def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[
         response["Idempotent-Replayed"] = "true"
         return response
     try:
-        response = work()
-    except Exception as error:
-        handled = problem_exception_handler(error, {})
-        if handled is None or handled.status_code >= 500:
-            idempotency_release(claim)
-            raise
-        response = handled
-    if response.status_code >= 500:
+        with transaction.atomic():
+            if not idempotency_hold(claim):
+                raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S)
+            response = _answer(work)
+            if response.status_code >= 500:
+                raise _Unstored(response)
+            headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
+            idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
+    except _Unstored as unstored:
         idempotency_release(claim)
-        return response
-    headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
-    idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
+        return unstored.response
+    except IdempotencyInFlight:
+        raise  # taken over by a duplicate: the claim is no longer ours to release
+    except Exception:
+        idempotency_release(claim)
+        raise
     return response
 
 

@@ -1,12 +1,18 @@
 """Idempotency-Key: the stored answer for a replay, a refusal for a key reused on another body.
 
 The key is claimed in its own short transaction before the work starts, so a concurrent
-duplicate finds it in flight (409) instead of doing the work twice.
+duplicate finds it in flight (409, with Retry-After) instead of doing the work twice. The work
+then runs in one transaction that first locks the claim (`idempotency_hold`) and ends by storing
+the answer (`idempotency_store`): the work and its answer commit together or not at all, so a
+crash between them can never leave work done without an answer to replay. A claim left without
+an answer is taken over after IN_FLIGHT_TIMEOUT, and only when no transaction holds it: its
+request died, and its work rolled back with it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +25,10 @@ from .errors import HoldpointError
 from .models import IdempotencyRecord, Team
 
 IN_FLIGHT_TIMEOUT = timedelta(seconds=60)
+# A request normally answers within a second: a duplicate is told to come back then. Once the
+# first one has run for longer, it is told the time left until its claim may be taken over.
+IN_FLIGHT_RETRY_AFTER_S = 1
+IN_FLIGHT_SLOW = timedelta(seconds=5)
 MAX_KEY_LENGTH = 255
 
 
@@ -28,6 +38,20 @@ class IdempotencyKeyReused(HoldpointError):
 
 class IdempotencyInFlight(HoldpointError):
     status, code, title = 409, "idempotency_request_in_flight", "A request with this Idempotency-Key is in flight"
+
+    def __init__(self, *, retry_after_s: int) -> None:
+        super().__init__(
+            f"The first request with this Idempotency-Key has not finished yet; retry in {retry_after_s} s."
+        )
+        self.retry_after_s = retry_after_s
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
+def in_flight_retry_after(claimed_at: datetime, now: datetime) -> int:
+    """Seconds a duplicate should wait (contract §4: `Retry-After` on the in-flight 409)."""
+    if now - claimed_at < IN_FLIGHT_SLOW:
+        return IN_FLIGHT_RETRY_AFTER_S
+    return max(IN_FLIGHT_RETRY_AFTER_S, math.ceil((claimed_at + IN_FLIGHT_TIMEOUT - now).total_seconds()))
 
 
 class IdempotencyKeyInvalid(HoldpointError):
@@ -56,6 +80,7 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
             "Idempotency-Key must be 1..255 printable characters.",
             errors=[{"field": "Idempotency-Key", "rule": "maxLength"}],
         )
+    claimed_at = timezone.now()
     for _ in range(2):
         try:
             with transaction.atomic():
@@ -68,15 +93,37 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
             raise IdempotencyKeyReused("This Idempotency-Key was used with another request body.")
         if existing.status is not None:
             return Replay(status=existing.status, body=existing.response, headers=existing.headers)
-        if existing.created_at < timezone.now() - IN_FLIGHT_TIMEOUT:
-            # The process that claimed it died mid-request; its work rolled back with it.
-            IdempotencyRecord.objects.filter(pk=existing.pk, status__isnull=True).delete()
+        claimed_at = existing.created_at
+        if claimed_at < timezone.now() - IN_FLIGHT_TIMEOUT:
+            _take_over_abandoned(existing)
             continue
-        raise IdempotencyInFlight("The first request with this Idempotency-Key has not finished yet.")
-    raise IdempotencyInFlight("The first request with this Idempotency-Key has not finished yet.")
+        break
+    raise IdempotencyInFlight(retry_after_s=in_flight_retry_after(claimed_at, timezone.now()))
+
+
+def _take_over_abandoned(record: IdempotencyRecord) -> None:
+    """Forget a claim whose request died without an answer: its work rolled back with it. A
+    claim that a live request still holds (`idempotency_hold`, a slow request) is skipped; on
+    SQLite, where writers take turns, the delete waits for that request and then finds its answer."""
+    with transaction.atomic():
+        abandoned = list(
+            IdempotencyRecord.objects.select_for_update(skip_locked=True)
+            .filter(pk=record.pk, status__isnull=True)
+            .values_list("pk", flat=True)
+        )
+        IdempotencyRecord.objects.filter(pk__in=abandoned, status__isnull=True).delete()
+
+
+def idempotency_hold(record: IdempotencyRecord) -> bool:
+    """Lock the claim for the caller's transaction, the one that does the work and stores its
+    answer, so that nobody takes it over while the work runs. False: it was taken over (the
+    request took longer than IN_FLIGHT_TIMEOUT before it began its work)."""
+    assert transaction.get_connection().in_atomic_block, "hold the claim in the work's transaction"
+    return IdempotencyRecord.objects.select_for_update().filter(pk=record.pk, status__isnull=True).exists()
 
 
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:
+    """Store the answer to replay: in the transaction of the work it answers (see the module)."""
     IdempotencyRecord.objects.filter(pk=record.pk).update(status=status, response=body, headers=headers)
 
 

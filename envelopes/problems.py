@@ -82,7 +82,14 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     if isinstance(exc, EnvelopeInvalid):
         return problem(status_code=exc.status, code=exc.code, title=exc.title, detail=exc.detail, errors=exc.errors)
     if isinstance(exc, HoldpointError):
-        return problem(status_code=exc.status, code=exc.code, title=exc.title, detail=exc.detail, **exc.extra)
+        return problem(
+            status_code=exc.status,
+            code=exc.code,
+            title=exc.title,
+            detail=exc.detail,
+            headers=getattr(exc, "headers", None),  # Retry-After on the idempotency in-flight 409
+            **exc.extra,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     if isinstance(exc, exceptions.ValidationError):
