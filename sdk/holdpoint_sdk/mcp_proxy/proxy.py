@@ -355,6 +355,10 @@ class HoldpointProxy:
             )
         except DecisionTimeout:
             step = None
+        except HoldpointError as error:
+            # Holdpoint stopped answering while we waited: answer with what we know.
+            logger.warning("waiting for a decision on %s failed: %s", call.operation_ref, error)
+            step = None
         return step, time.monotonic() - started
 
     # --- the upstream call ----------------------------------------------------------------
