@@ -316,7 +316,9 @@ def deliver_due_messages(
     """Send due messages, a batch at a time, until none is due or the time budget is spent;
     returns how many tries were made. The budget is checked before each send (claims left
     over are released for the next sweep), so a sweep holds its worker slot for at most the
-    budget plus one send, and the timer sweep sharing the worker is never starved."""
+    budget plus one send, and a send for at most its hard deadline (`timeout`): ~20 s in all,
+    however slowly a receiver answers. (Deliveries have their own queue besides, so that a
+    worker that consumes only `celery` fires timers whatever the receivers do.)"""
     started = time.monotonic()
     tries = 0
     client: httpx.Client | None = None  # built at the first due message, for all of them
