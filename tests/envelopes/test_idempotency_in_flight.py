@@ -175,42 +175,51 @@ def test_every_committed_work_has_its_answer(agent) -> None:
 
 def test_a_slow_first_request_is_not_taken_over_after_the_claim_timeout(agent, monkeypatch) -> None:
     """Past IN_FLIGHT_TIMEOUT a claim is taken over only when no transaction holds it: a live
-    request that is merely slow keeps it, and its duplicate gets 409 instead of a second write."""
-    if connection.vendor == "sqlite":
-        # SQLite lets one writer at a time: the duplicate's claim would wait for the first
-        # request's transaction to end (then replay its answer), never run beside it.
-        pytest.skip("needs concurrent writers (PostgreSQL)")
+    request that is merely slow keeps it, and its duplicate never makes a second write. On
+    PostgreSQL the duplicate is told 409 at once; SQLite lets one writer at a time, so there the
+    duplicate waits for the first request and replays its answer."""
     inside, release = threading.Event(), threading.Event()
     ingest = services.envelope_ingest
 
     def slow_ingest(**kwargs: Any) -> Any:
         answer = ingest(**kwargs)
-        inside.set()
-        release.wait(30)
+        if not inside.is_set():
+            inside.set()
+            release.wait(30)
         return answer
 
     monkeypatch.setattr(services, "envelope_ingest", slow_ingest)
     results: dict[str, Any] = {}
 
-    def first() -> None:
+    def send(name: str) -> None:
         try:
-            results["first"] = AgentClient(agent.raw_key).envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-slow")
+            results[name] = AgentClient(agent.raw_key).envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-slow")
         finally:
             connection.close()
 
-    thread = threading.Thread(target=first)
-    thread.start()
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    duplicate = threading.Thread(target=send, args=("duplicate",))
     try:
         assert inside.wait(30)
         # (Aging the claim row would wait for the first request's lock: age the rule instead.)
         monkeypatch.setattr(idempotency, "IN_FLIGHT_TIMEOUT", timedelta(0))
-        duplicate = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-slow")
-        assert duplicate.status_code == 409
-        assert duplicate.json()["code"] == "idempotency_request_in_flight"
+        duplicate.start()
+        duplicate.join(2)
+        if connection.vendor == "sqlite":
+            assert duplicate.is_alive()  # waiting for the writer
+        else:
+            assert not duplicate.is_alive()
+            assert results["duplicate"].status_code == 409
+            assert results["duplicate"].json()["code"] == "idempotency_request_in_flight"
     finally:
         release.set()
-        thread.join(30)
+        first.join(30)
+        duplicate.join(30)
     assert results["first"].status_code == 201
     assert Envelope.objects.count() == 1
+    if connection.vendor == "sqlite":
+        assert results["duplicate"]["Idempotent-Replayed"] == "true"
+        assert results["duplicate"].json() == results["first"].json()
     replay = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-slow")
     assert replay.json() == results["first"].json()
