@@ -45,7 +45,7 @@ from envelopes.contract import (
     TOOL_PATTERN,
     UNDECIDED_SCHEMA,
 )
-from envelopes.redaction import looks_like_instruction, redact
+from envelopes.redaction import looks_like_instruction, redact_json
 
 # The shapes are re-exported: callers use `schema.ENVELOPE_SCHEMA`, `schema.TOOL_PATTERN`, ...
 __all__ = [
@@ -404,7 +404,7 @@ def _path(parts: list[Any]) -> str:
 
 
 def _safe_name(name: object) -> str:
-    text = redact(str(name)).text
+    text = redact_json(str(name))[0]
     # One line, storable (no lone surrogates): escape anything invisible.
     text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
     return text if len(text) <= 100 else text[:99] + "…"
@@ -512,9 +512,11 @@ def _build(
         """Untrusted text as it may be stored: redacted, and checked for instructions."""
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be stored
         suspicious.append(looks_like_instruction(text))
-        redacted = redact(text)
-        kinds.update(redacted.kinds)
-        return redacted.text
+        # As a JSON value: a message that holds JSON, or JSON escapes (`postgres:\\/\\/…`), is
+        # redacted as what a reader decodes.
+        redacted, found = redact_json(text)
+        kinds.update(found)
+        return str(redacted)
 
     safe_details: dict[str, str | int | float | bool] = {}
     dropped: list[str] = []
