@@ -5,9 +5,11 @@ broker and a database cache, so a newcomer needs no server. Production and CI se
 (postgres://...), CELERY_BROKER_URL (redis:// or amqp://) and CACHE_URL (redis://...).
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -15,7 +17,18 @@ VAR_DIR = BASE_DIR / "var"
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="holdpoint-insecure-development-key-change-me")
+# Sessions, CSRF tokens and signed values rest on this key, so a production process (DEBUG off)
+# refuses to start without its own. DEBUG (scripts/run) falls back to a fixed development key;
+# the tests set one in pyproject.toml ([tool.pytest_env]).
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. With DEBUG off Holdpoint refuses to start without one: set "
+            "SECRET_KEY to 50 or more random characters (python -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))'), or DEBUG=true on a development machine."
+        )
+    SECRET_KEY = "holdpoint-insecure-development-key-change-me"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -39,6 +52,8 @@ INSTALLED_APPS = [
     "webhooks",
     "metrics",
     "limits",
+    "axes",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -52,7 +67,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "notifications",
+    # Last, as django-axes asks: it turns a locked-out login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -85,8 +101,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    # A file, not memory, so that a real Celery worker started by the tests sees the same data.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-holdpoint.sqlite3")}
+    # A file, not memory, so that a real Celery worker started by the tests sees the same data;
+    # beside the database file and named after it, so runs on different DATABASE_URLs do not
+    # share one (var/holdpoint.sqlite3 -> var/test-holdpoint.sqlite3).
+    _sqlite_file = Path(DATABASES["default"]["NAME"])
+    DATABASES["default"]["TEST"] = {"NAME": str(_sqlite_file.with_name(f"test-{_sqlite_file.name}"))}
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
@@ -117,6 +136,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Logins, at /accounts/login/ and /admin/, are limited by django-axes (its tables come with
+# `migrate`): after HOLDPOINT_LOGIN_FAILURE_LIMIT failures for one username from one address,
+# that pair is refused for HOLDPOINT_LOGIN_COOLOFF_MINUTES, even with the right password, and the
+# page says so (429). Username and address together: one address cannot go on guessing at an
+# account, and nobody elsewhere can lock a reviewer out by failing on purpose.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("HOLDPOINT_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("HOLDPOINT_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # no row for every successful login
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "limits.client_ip.client_ip"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -146,9 +181,10 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env.bool("HOLDPOINT_BEHIND_PROXY", default=False) else None
-)
+# TLS ends at a reverse proxy that sets X-Forwarded-Proto (and appends to X-Forwarded-For): trust
+# those two headers. Without it such a deployment redirects to https forever.
+BEHIND_PROXY = env.bool("HOLDPOINT_BEHIND_PROXY", default=False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
@@ -227,6 +263,8 @@ CELERY_BEAT_SCHEDULE = {
     # (metrics/README.md): what keeps the metrics pages and API from reading envelopes.
     "rollup-metrics": {"task": "metrics.tasks.rollup_metrics", "schedule": 60.0},
     "purge-idempotency-keys": {"task": "envelopes.tasks.purge_idempotency_keys", "schedule": 3600.0},
+    # Notifying reviewers (§9): reminders, expiry warnings, escalations, batched sends.
+    "notify-reviewers": {"task": "notifications.tasks.notify", "schedule": HOLDPOINT_SWEEP_SECONDS},
     "purge-quarantine": {"task": "envelopes.tasks.purge_quarantine", "schedule": 3600.0},
     "purge-webhook-history": {"task": "webhooks.tasks.purge_webhook_history", "schedule": 3600.0},
 }
@@ -245,6 +283,8 @@ HOLDPOINT_QUARANTINE_RETENTION_DAYS = env.int("HOLDPOINT_QUARANTINE_RETENTION_DA
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)
 HOLDPOINT_BASE_URL = env.str("HOLDPOINT_BASE_URL", default="http://127.0.0.1:8000")
+# A Prometheus scraper's `Authorization: Bearer <token>` for /metrics; empty: staff sessions only.
+HOLDPOINT_METRICS_TOKEN = env.str("HOLDPOINT_METRICS_TOKEN", default="")
 # How long a stored answer to an Idempotency-Key is kept (then the key may be used anew).
 HOLDPOINT_IDEMPOTENCY_TTL_HOURS = env.int("HOLDPOINT_IDEMPOTENCY_TTL_HOURS", default=7 * 24)
 
@@ -254,10 +294,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # axes.apps says "AXES: BEGIN version …" at INFO in every process; its lock-outs are WARNINGs.
+    "loggers": {"django.request": {"level": "ERROR"}, "axes.apps": {"level": "WARNING"}},
 }
-    # Notifying reviewers (§9): reminders, expiry warnings, escalations, batched sends.
-    "notify-reviewers": {"task": "notifications.tasks.notify", "schedule": HOLDPOINT_SWEEP_SECONDS},
 
 # --- notifying reviewers by email (contract §9) ----------------------------------------------
 # EMAIL_URL: smtp://user:pass@host:25, smtp+tls://...:587, smtp+ssl://...:465 (django-environ).

@@ -18,7 +18,7 @@ BEHIND_TLS = {"X-Forwarded-Proto": "https"}
 def test_migrate_then_gunicorn_answers_the_api_and_the_dashboard(tmp_path: Path) -> None:
     database_url, created = fresh_database_url(tmp_path)
     try:
-        env = base_environment(database_url, HOLDPOINT_BEHIND_PROXY="true")
+        env = base_environment(database_url, HOLDPOINT_BEHIND_PROXY="true", HOLDPOINT_METRICS_TOKEN="scrape-me")
         manage(env, "migrate", "--noinput")
         manage(env, "createteam", "acme")
         key = manage(env, "createapikey", "--team", "acme", "--name", "agent").stdout.strip().splitlines()[-1]
@@ -39,5 +39,10 @@ def test_migrate_then_gunicorn_answers_the_api_and_the_dashboard(tmp_path: Path)
 
             login = httpx.get(f"{url}/accounts/login/", headers=BEHIND_TLS)
             assert login.status_code == 200 and 'name="password"' in login.text
+
+            # A Prometheus scraper with HOLDPOINT_METRICS_TOKEN from the environment.
+            scraped = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer scrape-me"})
+            assert scraped.status_code == 200 and "holdpoint_" in scraped.text
+            assert httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer guess"}).status_code == 401
     finally:
         drop_database(created)
