@@ -14,8 +14,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from envelopes.models import Step
-
 from .models import MAX_REMINDERS, Channel, Notice, Watch
 
 logger = logging.getLogger(__name__)
@@ -76,50 +74,53 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
     channels = [channel for channel in Channel.objects.enabled().filter(team_id=team_id) if channel.wants_tool(tool)]
     if not channels:
         return 0
-    step = Step.objects.select_related("tool").get(pk=step_id)
-    if step.state != step_data.get("state"):
+    state = step_data["state"]
+    # The transition's time, which is the entry's when the state changed: the step's
+    # `updated_at` and `state_entered_at` are set from one clock reading. An event that did not
+    # change the state (another reason) names no entry: its notices match no live entry and are
+    # dropped at the flush, and the announcement of the real entry stays unique.
+    entered_at = _moment(step_data.get("updated_at"))
+    if entered_at is None:
         return 0
     now = timezone.now()
-    seen = set(
-        Notice.objects.filter(step=step, entered_at=step.state_entered_at, event=event).values_list(
-            "channel_id", flat=True
-        )
-    )
-    halted = step.tool.is_halted(now)
     notices = [
         Notice(
             team_id=team_id,
             channel=channel,
             event=event,
-            step=step,
-            tool=step.tool.name,
-            entered_at=step.state_entered_at,
-            data=data["step"],
-            # A held step of a halted tool: the halt's one message speaks for it.
-            status=Notice.Status.FOLDED if halted and "tool.halted" in channel.events else Notice.Status.PENDING,
+            step_id=step_id,
+            tool=tool or "",
+            entered_at=entered_at,
             created_at=now,
         )
         for channel in channels
-        if channel.pk not in seen and event in channel.events
+        if event in channel.events
     ]
-    Notice.objects.bulk_create(notices)
+    # One announcement per (channel, step, event, entry): a repeated event adds nothing.
+    Notice.objects.bulk_create(notices, ignore_conflicts=True)
     watches = []
     for channel in channels:
-        if channel.pk in seen or not wants_watch(channel, step.state):
+        if not wants_watch(channel, state):
             continue
         watch = Watch(
-            team_id=team_id,
-            channel=channel,
-            step=step,
-            state=step.state,
-            entered_at=step.state_entered_at,
-            announced_at=now,
+            team_id=team_id, channel=channel, step_id=step_id, state=state, entered_at=entered_at, announced_at=now
         )
-        watch.due_at = watch_next_due(watch, channel, expires_at=step.expires_at)
+        watch.due_at = watch_next_due(watch, channel, expires_at=None)
+        if state == "awaiting_approval" and "approval.expiring" in channel.events:
+            watch.due_at = now  # the sweep reads the expiry and sets the real time
         watches.append(watch)
     Watch.objects.bulk_create(watches, ignore_conflicts=True)
-    _enqueue_if_sendable([notice.channel for notice in notices if notice.status == Notice.Status.PENDING], now)
+    _enqueue_if_sendable([notice.channel for notice in notices], now)
     return len(notices)
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _enqueue_if_sendable(channels: list[Channel], now: datetime) -> None:

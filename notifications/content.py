@@ -29,7 +29,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from envelopes.presenters import rfc3339
+from envelopes.presenters import rfc3339, step_representation
 
 from .models import Notice
 
@@ -163,7 +163,10 @@ def base_url() -> str:
 
 
 def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
-    step = notice.data
+    """The step as it is now (still in the held entry the notice announces), redacted as
+    stored."""
+    assert notice.step is not None
+    step = step_representation(notice.step)
     envelope = step.get("last_envelope") or {}
     details = {
         str(key): (_clip(value, SAFE_DETAIL_CHARS) if isinstance(value, str) else value)

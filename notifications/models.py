@@ -23,6 +23,7 @@ EVENTS = (
     "approval.expiring",
 )
 DEFAULT_EVENTS = EVENTS[:4]
+ANNOUNCEMENTS = ["approval.requested", "verification.requested", "step.escalated"]  # a held state entered
 MAX_REMINDERS = 3
 
 
@@ -179,9 +180,9 @@ class Notice(models.Model):
     tool = models.CharField(max_length=100, blank=True)
     entered_at = models.DateTimeField(null=True, blank=True)  # the step's held entry it is about
     escalated_from = models.ForeignKey(Channel, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    # For a step: its §4 shape when the notice was written (redacted as stored); for a halt:
-    # {tool, reason, until}.
-    data = models.JSONField(default=dict)
+    # A halt's {tool, reason, until}. A step's notice holds nothing: its message shows the step
+    # as it is when the message is built (still in the entry it announces, or not sent at all).
+    data = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     message = models.ForeignKey(Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="notices")
     created_at = models.DateTimeField(default=timezone.now)
@@ -192,6 +193,13 @@ class Notice(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=["pending", "sent", "dropped", "folded"]), name="notice_status_valid"
+            ),
+            # A step's entry into a held state is announced once per channel (escalations and
+            # reminders are notices of their own).
+            models.UniqueConstraint(
+                fields=["channel", "step", "event", "entered_at"],
+                condition=Q(event__in=ANNOUNCEMENTS, escalated_from__isnull=True),
+                name="notice_unique_announcement",
             ),
         ]
         indexes = [

@@ -17,8 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from envelopes.models import TOOL_NAME_RE, Step, Team
-from envelopes.presenters import step_representation
+from envelopes.models import TOOL_NAME_RE, Step, Team, Tool
 from webhooks import ssrf
 from webhooks.signing import secret_generate
 
@@ -260,7 +259,7 @@ def channel_flush(*, channel_id: int, now: datetime | None = None) -> Message | 
         return None
     pending = list(
         channel.notices.pending()
-        .select_related("step", "escalated_from")
+        .select_related("step", "step__tool", "step__last_envelope", "escalated_from")
         .select_for_update(of=("self",))
         .order_by("created_at", "id")
     )
@@ -270,7 +269,17 @@ def channel_flush(*, channel_id: int, now: datetime | None = None) -> Message | 
     live = [notice for notice in pending if notice_is_live(notice)]
     stale = [notice.pk for notice in pending if notice not in live]
     Notice.objects.filter(pk__in=stale).update(status=Notice.Status.DROPPED)
+    # A halted tool is one message: its held steps are folded into the halt's (in this batch,
+    # or the one already sent while the tool is still halted).
     halted = {notice.tool for notice in live if notice.step_id is None}
+    if "tool.halted" in channel.events:
+        halted |= set(
+            Tool.objects.filter(
+                team_id=channel.team_id,
+                name__in={notice.tool for notice in live if notice.step_id is not None},
+                halted_until__gt=now,
+            ).values_list("name", flat=True)
+        )
     folded = [notice for notice in live if notice.step_id is not None and notice.tool in halted]
     live = [notice for notice in live if notice not in folded]
     if not live:
@@ -312,12 +321,9 @@ def _watch_advance(watch: Watch, *, now: datetime) -> int:
         watch.due_at = None  # decided, moved on, or nobody to tell: it owes nothing more
         watch.save(update_fields=["due_at"])
         return 0
-    data: dict | None = None
     notices: list[Notice] = []
 
     def notice(event: str, target: Channel, **extra: object) -> None:
-        nonlocal data
-        data = data if data is not None else step_representation(step)
         notices.append(
             Notice(
                 team_id=watch.team_id,
@@ -326,7 +332,6 @@ def _watch_advance(watch: Watch, *, now: datetime) -> int:
                 step=step,
                 tool=step.tool.name,
                 entered_at=watch.entered_at,
-                data=data,
                 created_at=now,
                 **extra,  # type: ignore[arg-type]
             )
