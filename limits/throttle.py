@@ -60,8 +60,7 @@ def _redis_hit(backend: RedisCache, key: str, bucket: int, length_s: int) -> int
         if now - _last_warning >= WARN_EVERY_S or _last_warning == 0.0:
             _last_warning = now
             logger.warning(
-                "throttle: the Redis cache cannot be reached (%s: %s); API calls are not rate-limited "
-                "until it answers",
+                "throttle: the Redis cache cannot be reached (%s: %s); API calls are not rate-limited until it answers",
                 type(error).__name__,
                 error,
             )
