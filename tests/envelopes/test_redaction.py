@@ -576,3 +576,35 @@ def test_redact_accepts_any_text_and_names_only_known_kinds(text: str) -> None:
     redacted = redact(text)
     assert set(redacted.kinds) <= set(KINDS)
     assert isinstance(looks_like_instruction(text), bool)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=20), children, max_size=5),
+    max_leaves=25,
+)
+
+
+def _shape(value: object) -> object:
+    if isinstance(value, dict):
+        return ("object", len(value))
+    if isinstance(value, list):
+        return ("array", [_shape(item) for item in value])
+    return "scalar"
+
+
+@given(value=_JSON_VALUES, credential_keys=st.booleans())
+def test_redact_json_keeps_the_shape_and_returns_storable_json(value: object, credential_keys: bool) -> None:
+    redacted, kinds = redact_json(value, credential_keys=credential_keys)
+    assert set(kinds) <= set(KINDS)
+    json.dumps(redacted, ensure_ascii=False).encode("utf-8")
+    if not credential_keys:
+        assert _shape(redacted) == _shape(value)
+
+
+@given(st.binary(max_size=400) | _JSON_VALUES.map(lambda v: json.dumps(v).encode()))
+def test_redact_body_accepts_any_bytes_and_returns_storable_text(raw: bytes) -> None:
+    redacted = redact_body(raw)
+    assert "\x00" not in redacted.text
+    redacted.text.encode("utf-8")
+    assert set(redacted.kinds) <= set(KINDS)
