@@ -43,7 +43,10 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
     str,
     OpenApiParameter.HEADER,
     required=False,
-    description="Replays the stored answer for the same body; 422 idempotency_key_reused for another body.",
+    description=(
+        "Replays the stored answer for the same body (refusals included); 422 idempotency_key_reused for"
+        " another body; 409 idempotency_request_in_flight, with Retry-After, while the first request runs."
+    ),
 )
 
 
