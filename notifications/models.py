@@ -210,6 +210,13 @@ class Notice(models.Model):
         ]
 
 
+class SendTryQuerySet(models.QuerySet["SendTry"]):
+    def for_step(self, step: models.Model | int) -> SendTryQuerySet:
+        """Tries of the messages that announced this step (its timeline's "notified ...")."""
+        step_id = step if isinstance(step, int) else step.pk
+        return self.filter(message__in=Notice.objects.filter(step_id=step_id, message__isnull=False).values("message"))
+
+
 class SendTry(models.Model):
     """One try of one message. Append-only."""
 
@@ -220,6 +227,8 @@ class SendTry(models.Model):
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.CharField(max_length=300, blank=True)  # never the target or the secret
     next_try_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SendTryQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["message", "number"], name="sendtry_unique")]

@@ -26,21 +26,19 @@ class StepSend:
 
 def step_sends(step_id: int, *, limit: int = 100) -> list[StepSend]:
     """Every try of every message that carried one of the step's notices, oldest first."""
-    events = dict(
-        Notice.objects.filter(step_id=step_id, message__isnull=False).values_list("message_id", "event")[:limit]
+    tries = list(
+        SendTry.objects.for_step(step_id).select_related("message__channel").order_by("tried_at", "id")[:limit]
     )
-    if not events:
-        return []
-    tries = (
-        SendTry.objects.filter(message_id__in=events)
-        .select_related("message__channel")
-        .order_by("tried_at", "id")[:limit]
+    events = dict(
+        Notice.objects.filter(step_id=step_id, message__in={attempt.message_id for attempt in tries}).values_list(
+            "message_id", "event"
+        )
     )
     return [
         StepSend(
             at=attempt.tried_at,
             channel=attempt.message.channel.label,
-            event=events[attempt.message_id],
+            event=events.get(attempt.message_id, attempt.message.kind),
             ok=attempt.ok,
             error=attempt.error,
             digest=attempt.message.kind == "digest",
