@@ -20,7 +20,9 @@ from typing import Any
 from django.conf import settings
 from django.template.loader import render_to_string
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
+    ButtonElement,
     ContextBlock,
     DividerBlock,
     HeaderBlock,
@@ -36,6 +38,7 @@ from .models import Notice
 DIGEST_STEPS = 10
 PROPOSAL_CHARS = 300
 SAFE_DETAIL_CHARS = 200
+SLACK_MAX_BLOCKS = 50
 
 TITLES = {
     "approval.requested": "Approval requested",
@@ -92,6 +95,8 @@ class StepFacts:
     proposal: str | None
     url: str
     escalated_from: str | None = None
+    step_id: int | None = None
+    etag: str = ""  # the step's ETag when the message was built (§10's Approve decides with it)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +196,8 @@ def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
         # The step page, from HOLDPOINT_BASE_URL now (not the URL stored with the event).
         url=f"{base_url()}/steps/{notice.step_id}/",
         escalated_from=notice.escalated_from.label if notice.escalated_from_id and notice.escalated_from else None,
+        step_id=notice.step.pk,
+        etag=f'"{notice.step.pk}.{notice.step.version}"',
     )
 
 
@@ -251,7 +258,25 @@ def _plain(text: str, limit: int = 2000) -> PlainTextObject:
     return PlainTextObject(text=_clip(slack_escape(text), limit), emoji=False)
 
 
-def _step_blocks(facts: StepFacts) -> list[Block]:
+def slack_actions_enabled() -> bool:
+    """§10: with SLACK_SIGNING_SECRET set, Slack's button clicks come back signed and decide."""
+    return bool(getattr(settings, "SLACK_SIGNING_SECRET", ""))
+
+
+def _actions(team: str, facts: StepFacts) -> ActionsBlock:
+    """`Approve` posts back to /integrations/slack/actions (Slack signs it; it decides with the
+    ETag the message was built with); `Reject` only opens the step page (a reason is needed)."""
+    value = json.dumps({"team": team, "operation_ref": facts.operation_ref, "etag": facts.etag}, separators=(",", ":"))
+    return ActionsBlock(
+        block_id=f"holdpoint-step-{facts.step_id}",
+        elements=[
+            ButtonElement(text="Approve", action_id="holdpoint.approve", value=value, style="primary"),
+            ButtonElement(text="Reject", action_id="holdpoint.reject", url=facts.url),
+        ],
+    )
+
+
+def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
     lines = [
         f"{facts.title}: {facts.tool}" + (f" ({facts.code})" if facts.code else ""),
         f"operation_ref: {facts.operation_ref}",
@@ -264,11 +289,14 @@ def _step_blocks(facts: StepFacts) -> list[Block]:
         lines.append("safe_details: " + ", ".join(f"{k}={v}" for k, v in facts.safe_details.items()))
     if facts.proposal:
         lines.append(f"proposal: {facts.proposal}")
-    return [
+    blocks: list[Block] = [
         SectionBlock(text=_plain("\n".join(lines), 3000)),
         # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing.
         ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(facts.url)}|Open the step page>")]),
     ]
+    if facts.state == "awaiting_approval" and facts.step_id is not None and slack_actions_enabled():
+        blocks.append(_actions(team, facts))
+    return blocks
 
 
 def render_slack(content: Content) -> dict[str, Any]:
@@ -289,12 +317,14 @@ def render_slack(content: Content) -> dict[str, Any]:
         )
     for facts in content.steps:
         blocks.append(DividerBlock())
-        blocks.extend(_step_blocks(facts))
+        blocks.extend(_step_blocks(facts, content.team))
     if content.more:
         blocks.append(SectionBlock(text=_plain(f"and {content.more} more")))
     blocks.append(
         ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(content.queue_url)}|Open the queues>")])
     )
+    if len(blocks) > SLACK_MAX_BLOCKS:  # Slack refuses more; the queues link stays last
+        blocks = blocks[: SLACK_MAX_BLOCKS - 1] + blocks[-1:]
     return {
         "text": slack_escape(f"Holdpoint {content.team}: {content.title}"),
         "blocks": [block.to_dict() for block in blocks],

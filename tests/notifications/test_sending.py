@@ -213,3 +213,27 @@ def test_each_send_is_on_the_steps_timeline(team: Team, agent: AgentClient, rece
         (True, "notified ops hook"),
     ]
     assert {send.event for send in sends} == {"approval.requested"}
+
+
+def test_with_slack_signing_configured_an_approval_carries_approve_and_reject(
+    team: Team, agent: AgentClient, slack: SlackReceiver, settings: Any
+) -> None:
+    channel_create(team=team, kind="slack", target=slack.url(), batch_window_s=0)
+    hold(agent, "run_1/without")
+    notify()
+    assert "actions" not in {block["type"] for block in slack.payloads()[0]["blocks"]}
+
+    settings.SLACK_SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+    step = hold(agent, "run_1/with")
+    notify()
+    slack.check()
+    (actions,) = [block for block in slack.payloads()[1]["blocks"] if block["type"] == "actions"]
+    approve, reject = actions["elements"]
+    assert (approve["action_id"], approve["text"]["text"]) == ("holdpoint.approve", "Approve")
+    assert json.loads(approve["value"]) == {
+        "team": "acme",
+        "operation_ref": "run_1/with",
+        "etag": f'"{step.pk}.{step.version}"',
+    }
+    assert (reject["text"]["text"], reject["url"]) == ("Reject", f"http://127.0.0.1:8000/steps/{step.pk}/")
+    assert "value" not in reject  # Reject decides nothing: it opens the step page
