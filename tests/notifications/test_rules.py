@@ -230,3 +230,18 @@ def test_events_inside_a_window_ask_for_no_send_of_their_own(
     clock.shift(timedelta(seconds=61))
     committed_hold("run_1/c")
     assert no_enqueue == [1, 1]
+
+
+def test_a_message_built_but_not_yet_sent_is_dropped_when_its_step_is_decided(
+    team: Team, agent: AgentClient, slack: SlackReceiver, clock: Any, make_reviewer: Any
+) -> None:
+    from approvals.services import step_decide
+    from notifications.services import channels_flush
+
+    slack_channel(team, slack)
+    step = hold(agent, "run_1/quick")
+    channels_flush()  # the message is built; the worker has not sent it yet
+    step_decide(team=team, step_id=step.pk, actor=make_reviewer("rita"), action="reject", reason="no")
+    notify()
+    assert slack.received == []
+    assert Message.objects.get().status == Message.Status.DROPPED
