@@ -11,6 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from .errors import AttemptRefused, EnvelopeInvalid, HoldpointError
+from .schema import safe_field_name
 
 PROBLEM_TYPE = "https://holdpoint.dev/problems/"
 CONTENT_TYPE = "application/problem+json"
@@ -53,7 +54,8 @@ def _validation_errors(detail: Any, prefix: str = "") -> list[dict[str, Any]]:
     errors: list[dict[str, Any]] = []
     if isinstance(detail, dict):
         for key, value in detail.items():
-            field = f"{prefix}.{key}" if prefix else str(key)
+            name = safe_field_name(key)  # an unknown field's name is the sender's text
+            field = f"{prefix}.{name}" if prefix else name
             if key == "non_field_errors":
                 field = prefix or "body"
             errors.extend(_validation_errors(value, field))

@@ -621,7 +621,10 @@ def is_credential_key(name: str) -> bool:
 
 
 def _storable(text: str) -> str:
-    """Surrogate pairs joined, lone surrogates (legal in a JSON escape, not in UTF-8) replaced."""
+    """Surrogate pairs joined, lone surrogates (legal in a JSON escape, not in UTF-8) and NUL (legal
+    in JSON, refused by PostgreSQL's text and jsonb) replaced with U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     if text.isascii():
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
@@ -770,7 +773,7 @@ def redact_body(raw: bytes | str, *, credential_keys: bool = True) -> Redacted:
             return Redacted(json.dumps(redacted, ensure_ascii=False), kinds)
         except (ValueError, RecursionError):  # nested deeper than the encoder goes
             pass
-    return _redact_text(_storable(text).replace("\x00", "\ufffd"))
+    return _redact_text(_storable(text))
 
 
 _NOT_JSON = object()

@@ -76,6 +76,7 @@ __all__ = [
     "identify",
     "parse_envelope",
     "parse_rfc3339",
+    "safe_field_name",
     "time_window_error",
 ]
 
@@ -400,13 +401,15 @@ def _path(parts: list[Any]) -> str:
     echoed back and stored with the quarantined payload."""
     if not parts:
         return "body"
-    return ".".join(_safe_name(part) for part in parts)
+    return ".".join(safe_field_name(part) for part in parts)
 
 
-def _safe_name(name: object) -> str:
-    text = redact_json(str(name))[0]
-    # One line, storable (no lone surrogates): escape anything invisible.
-    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+def safe_field_name(name: object) -> str:
+    """A field name the sender chose, as it may be echoed in an answer and stored: redacted, on
+    one line, without NUL or lone surrogates, at most 100 characters."""
+    # One line, storable (no NUL, no lone surrogates): anything invisible is escaped.
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(name))
+    text = redact_json(text)[0]
     return text if len(text) <= 100 else text[:99] + "…"
 
 

@@ -272,3 +272,34 @@ def test_a_verification_report_out_of_bounds_is_422_naming_checked_at(agent, che
     response = agent.verify("run_81/step_4", "not_found", checked_at=checked_at)
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == "checked_at"
+
+
+# Text PostgreSQL cannot store (NUL, in text and jsonb) or UTF-8 cannot encode (a lone surrogate),
+# in every place an agent's text goes: stored as U+FFFD or escaped, never a 500.
+UNSTORABLE = ["a\u0000b", "\ud800", "x\udfff\u0000"]
+
+
+@pytest.mark.parametrize("text", UNSTORABLE)
+@pytest.mark.parametrize("where", ["agent_message", "user_message", "safe_details", "safe_details key", "rejected"])
+def test_unstorable_text_in_an_envelope_is_stored_replaced(agent, text: str, where: str) -> None:
+    changes: dict[str, Any] = {
+        "agent_message": {"agent_message": text},
+        "user_message": {"user_message": text},
+        "safe_details": {"safe_details": {"field": text}},
+        "safe_details key": {"safe_details": {text: "1"}},
+        "rejected": {"agent_message": text, "category": "weather", text: 1},
+    }[where]
+    response = agent.envelope(json.dumps(error_envelope(**changes)))
+    assert_answered_without_fault(response)
+    assert response.status_code in (201, 422)
+
+
+@pytest.mark.parametrize("text", UNSTORABLE)
+def test_an_unknown_attempt_field_named_with_unstorable_text_is_422_and_replayable(agent, text: str) -> None:
+    body = json.dumps({"tool": "send_email", "input_fingerprint": "a" * 64, text: 1})
+    response = agent.post("/api/v1/steps/r1/attempts", body, HTTP_IDEMPOTENCY_KEY="k-1")
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["rule"] == "additionalProperties"
+    assert "\u0000" not in response.json()["errors"][0]["field"]
+    replayed = agent.post("/api/v1/steps/r1/attempts", body, HTTP_IDEMPOTENCY_KEY="k-1")
+    assert replayed.json() == response.json()
