@@ -3,6 +3,7 @@ what Slack documents for incoming webhooks), channels, and steps held through th
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import threading
@@ -73,19 +74,71 @@ def no_enqueue(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def slack_refusal(body: bytes) -> str | None:
+    """What Slack's incoming webhooks would answer 400 to, in its own words, or None: a JSON
+    object with a non-empty string `text` and at most 50 `blocks`, each a known block type
+    whose text objects are `plain_text` or `mrkdwn` with string text."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return "invalid_payload"
+    if not isinstance(payload, dict) or not isinstance(payload.get("text"), str) or not payload["text"]:
+        return "no_text"
+    blocks = payload.get("blocks", [])
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        return "invalid_blocks"
+    for block in blocks:
+        if not isinstance(block, dict) or block.get("type") not in SLACK_BLOCK_TYPES:
+            return "invalid_blocks"
+        texts = [block["text"]] if isinstance(block.get("text"), dict) else []
+        texts += [e for e in block.get("elements", []) + block.get("fields", []) if e.get("type") != "button"]
+        for text in texts:
+            if text.get("type") not in ("plain_text", "mrkdwn") or not isinstance(text.get("text"), str):
+                return "invalid_blocks"
+    return None
+
+
 class SlackReceiver(Receiver):
-    """A local HTTP receiver that answers like Slack's incoming webhooks: 200 "ok" for a JSON
-    body with a string `text` and a list of `blocks` of known types, else 400."""
+    """A local HTTP receiver that answers like Slack's incoming webhooks: 400 with Slack's error
+    word for a body Slack refuses (`slack_refusal`), else 200 "ok" (or the scripted answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.server.RequestHandlerClass = self._checking(self.server.RequestHandlerClass)
+
+    def _checking(self, handler: Any) -> Any:
+        receiver = self
+
+        class Checking(handler):  # type: ignore[misc, valid-type]
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                refusal = slack_refusal(body)
+                if refusal is None:
+                    self.rfile = io.BytesIO(body)  # the recording handler reads it again
+                    return super().do_POST()
+                receiver.refused.append(refusal)
+                self.send_response(400)
+                self.send_header("Content-Length", str(len(refusal)))
+                self.end_headers()
+                self.wfile.write(refusal.encode())
+                return None
+
+        return Checking
+
+    @property
+    def refused(self) -> list[str]:
+        if not hasattr(self, "_refused"):
+            self._refused: list[str] = []
+        return self._refused
 
     def payloads(self) -> list[dict[str, Any]]:
         return [json.loads(request.body) for request in self.received]
 
     def check(self) -> None:
-        for payload in self.payloads():
-            assert isinstance(payload.get("text"), str) and payload["text"]
-            assert isinstance(payload.get("blocks"), list) and 0 < len(payload["blocks"]) <= 50
-            for block in payload["blocks"]:
-                assert block["type"] in SLACK_BLOCK_TYPES, block
+        """Every body was one Slack accepts."""
+        assert self.refused == []
+        assert all(slack_refusal(request.body) is None for request in self.received)
 
 
 @pytest.fixture

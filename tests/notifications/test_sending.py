@@ -237,3 +237,14 @@ def test_with_slack_signing_configured_an_approval_carries_approve_and_reject(
     }
     assert (reject["text"]["text"], reject["url"]) == ("Reject", f"http://127.0.0.1:8000/steps/{step.pk}/")
     assert "value" not in reject  # Reject decides nothing: it opens the step page
+
+
+def test_the_slack_receiver_refuses_what_slack_refuses(slack: SlackReceiver) -> None:
+    """The local receiver is a fair stand-in: a body Slack would refuse fails the send."""
+    import httpx
+
+    bad = {"text": "x", "blocks": [{"type": "banner", "text": {"type": "plain_text", "text": "x"}}]}
+    assert httpx.post(slack.url(), json=bad).status_code == 400
+    assert httpx.post(slack.url(), json={"blocks": []}).text == "no_text"
+    assert httpx.post(slack.url(), json={"text": "ok"}).status_code == 200
+    assert slack.refused == ["invalid_blocks", "no_text"]
