@@ -274,6 +274,9 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"celery": {}, "webhooks": {}}  # name: options
 CELERY_TASK_ROUTES = {"webhooks.tasks.deliver_due_messages": {"queue": "webhooks"}}
+# Delivery sweeps running at once across all workers (webhooks.delivery): 1 leaves every other
+# process of a worker that consumes both queues to the timers; raise it for a -Q webhooks worker.
+HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS = env.int("HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS", default=1)
 # Retention of what beat purges hourly (read at each purge): delivered webhook messages with
 # their tries, dead letters, quarantined payloads.
 HOLDPOINT_WEBHOOK_RETENTION_DAYS = env.int("HOLDPOINT_WEBHOOK_RETENTION_DAYS", default=30)

@@ -27,6 +27,8 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 import httpx
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -294,6 +296,35 @@ def try_record(claimed: Claimed, result: SendResult, *, now: datetime | None = N
 
 
 # --- the sweep ---------------------------------------------------------------------------------
+
+# How many delivery sweeps may run at once, across all workers (HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS,
+# default 1, read at each sweep). A worker that consumes both queues (the default command) then
+# gives deliveries one process at most, and the others fire timers whatever the receivers do;
+# a dedicated `-Q webhooks` worker may raise it to its concurrency. A slot is a cache key; its
+# timeout frees the slot of a worker that died mid-sweep.
+SWEEP_SLOT_KEY = "holdpoint:webhooks:sweep-slot:{}"
+SWEEP_SLOT_SECONDS = 60  # above a sweep's longest run: its budget plus one try's deadline
+
+
+def sweep_slot_take() -> str | None:
+    """A free sweep slot's key, or None when enough sweeps run already ("" when the cache
+    cannot say: the sweep runs, as it did before slots)."""
+    slots = max(1, int(getattr(settings, "HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS", 1)))
+    try:
+        for number in range(slots):
+            key = SWEEP_SLOT_KEY.format(number)
+            if cache.add(key, 1, timeout=SWEEP_SLOT_SECONDS):
+                return key
+    except Exception:
+        logger.warning("the cache is unavailable; sweeping without a slot", exc_info=True)
+        return ""
+    return None
+
+
+def sweep_slot_release(key: str) -> None:
+    if key:
+        with contextlib.suppress(Exception):
+            cache.delete(key)
 
 
 def messages_release(claimed: list[Claimed], *, now: datetime | None = None) -> int:

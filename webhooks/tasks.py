@@ -11,10 +11,17 @@ from .outbox import delivery_pending_clear
 @shared_task
 def deliver_due_messages() -> int:
     """Beat's sweep (every HOLDPOINT_SWEEP_SECONDS), also enqueued after an event commits.
-    Runs on the `webhooks` queue (CELERY_TASK_ROUTES). Sweeps may overlap: each message is
-    claimed under SKIP LOCKED and leased."""
+    Runs on the `webhooks` queue (CELERY_TASK_ROUTES), as one of at most
+    HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS at once (else it returns at once: the running sweeps
+    see the due messages). Sweeps that overlap claim each message under SKIP LOCKED."""
     delivery_pending_clear()  # from here on, an event that commits enqueues a sweep again
-    return delivery.deliver_due_messages()
+    slot = delivery.sweep_slot_take()
+    if slot is None:
+        return 0
+    try:
+        return delivery.deliver_due_messages()
+    finally:
+        delivery.sweep_slot_release(slot)
 
 
 @shared_task

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from envelopes.models import Team
+from webhooks.delivery import SWEEP_SLOT_KEY, sweep_slot_release
 from webhooks.models import WebhookEndpoint
 from webhooks.outbox import delivery_pending_clear
 from webhooks.services import endpoint_create
@@ -83,8 +84,10 @@ class Receiver:
 @pytest.fixture(autouse=True)
 def _no_delivery_pending_mark() -> None:
     """An earlier test's "delivery task queued" mark (the cache outlives tests) would keep the
-    next event from enqueueing."""
+    next event from enqueueing; a slot an interrupted sweep held, its next sweep from running."""
     delivery_pending_clear()
+    for number in range(4):
+        sweep_slot_release(SWEEP_SLOT_KEY.format(number))
 
 
 @pytest.fixture
