@@ -7,11 +7,12 @@ channel can want (most of them: a retry window, a success) costs no query at all
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .models import MAX_REMINDERS, Channel, Notice, Watch
@@ -70,10 +71,7 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
     event = ENTERED.get(step_data.get("state", ""))
     if event is None:
         return 0
-    tool = step_data.get("tool")
-    channels = [channel for channel in Channel.objects.enabled().filter(team_id=team_id) if channel.wants_tool(tool)]
-    if not channels:
-        return 0
+    tool = step_data.get("tool") or ""
     state = step_data["state"]
     # The transition's time, which is the entry's when the state changed: the step's
     # `updated_at` and `state_entered_at` are set from one clock reading. An event that did not
@@ -83,21 +81,12 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
     if entered_at is None:
         return 0
     now = timezone.now()
-    notices = [
-        Notice(
-            team_id=team_id,
-            channel=channel,
-            event=event,
-            step_id=step_id,
-            tool=tool or "",
-            entered_at=entered_at,
-            created_at=now,
-        )
-        for channel in channels
-        if event in channel.events
-    ]
-    # One announcement per (channel, step, event, entry): a repeated event adds nothing.
-    Notice.objects.bulk_create(notices, ignore_conflicts=True)
+    announce = _announce_in_one_statement if connection.vendor == "postgresql" else _announce
+    channels, announced = announce(
+        team_id=team_id, event=event, step_id=step_id, tool=tool, entered_at=entered_at, now=now
+    )
+    if not channels:
+        return 0
     watches = []
     for channel in channels:
         if not wants_watch(channel, state):
@@ -110,8 +99,84 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
             watch.due_at = now  # the sweep reads the expiry and sets the real time
         watches.append(watch)
     Watch.objects.bulk_create(watches, ignore_conflicts=True)
-    _enqueue_if_sendable([notice.channel for notice in notices], now)
-    return len(notices)
+    _enqueue_if_sendable(announced, now)
+    return len(announced)
+
+
+Announced = tuple[list[Channel], list[Channel]]  # the channels that follow the tool; those told
+
+
+def _announce(*, team_id: int, event: str, step_id: int, tool: str, entered_at: datetime, now: datetime) -> Announced:
+    """Read the team's channels, write a notice for each that wants the event (two statements)."""
+    channels = [channel for channel in Channel.objects.enabled().filter(team_id=team_id) if channel.wants_tool(tool)]
+    told = [channel for channel in channels if event in channel.events]
+    # One announcement per (channel, step, event, entry): a repeated event adds nothing.
+    Notice.objects.bulk_create(
+        (
+            Notice(
+                team_id=team_id,
+                channel=channel,
+                event=event,
+                step_id=step_id,
+                tool=tool,
+                entered_at=entered_at,
+                created_at=now,
+            )
+            for channel in told
+        ),
+        ignore_conflicts=True,
+    )
+    return channels, told
+
+
+# The same in one round trip (this runs inside every transition that holds a step, so a team
+# with channels pays one statement, as a team without them does for the read alone).
+ANNOUNCE_SQL = """
+WITH chosen AS (
+    SELECT id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at
+    FROM notifications_channel
+    WHERE team_id = %(team)s AND disabled_at IS NULL AND (tools = '[]'::jsonb OR tools ? %(tool)s)
+), added AS (
+    INSERT INTO notifications_notice (team_id, channel_id, event, step_id, tool, entered_at, data, status, created_at)
+    SELECT %(team)s, id, %(event)s, %(step)s, %(tool)s, %(entered)s, '{}'::jsonb, 'pending', %(now)s
+    FROM chosen WHERE events ? %(event)s
+    ON CONFLICT DO NOTHING
+    RETURNING channel_id
+)
+SELECT id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, events ? %(event)s
+FROM chosen
+"""
+
+
+def _announce_in_one_statement(
+    *, team_id: int, event: str, step_id: int, tool: str, entered_at: datetime, now: datetime
+) -> Announced:
+    params: dict[str, int | str | datetime] = {
+        "team": team_id,
+        "tool": tool,
+        "event": event,
+        "step": step_id,
+        "entered": entered_at,
+        "now": now,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(ANNOUNCE_SQL, params)
+        rows = cursor.fetchall()
+    channels, told = [], []
+    for pk, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, wants in rows:
+        channel = Channel(
+            pk=pk,
+            team_id=team_id,
+            events=json.loads(events) if isinstance(events, str) else events,
+            remind_after_s=remind_after_s,
+            escalate_to_id=escalate_to_id,
+            escalate_after_s=escalate_after_s,
+            window_ends_at=window_ends_at,
+        )
+        channels.append(channel)
+        if wants:
+            told.append(channel)
+    return channels, told
 
 
 def _moment(value: object) -> datetime | None:
