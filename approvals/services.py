@@ -114,14 +114,15 @@ def step_decide(
             )
         approvals_so_far = earlier.values("reviewer").distinct().count() + 1
     decision = Decision.objects.create(step=step, reviewer=actor, action=action, reason=reason, decided_at=now)
-    step_services.step_audit_decision(step=step, actor=username, action=action, reason=reason, now=now)
-    transitioned = False
-    if action != "approve" or approvals_so_far >= step.tool.required_approvals:
-        outcome = step_services.step_apply_reviewer_act(
-            step=step, action=action, actor=username, now=now, data={"decision_id": decision.pk}
-        )
-        transitioned = outcome.changed
-    step_services.step_save_and_notify(step=step, changed=transitioned, now=now)
+    transitioned = step_services.step_decision_apply(
+        step=step,
+        action=action,
+        reason=reason,
+        final=action != "approve" or approvals_so_far >= step.tool.required_approvals,
+        actor=username,
+        now=now,
+        data={"decision_id": decision.pk},
+    )
     event_emit(
         team_id=team.pk,
         event_type="step.decided",

@@ -1,8 +1,8 @@
 """Every write of the agent side: envelopes, the attempt gate, verification, timers, circuits.
 
 Each function runs in one transaction and applies its event through `transitions.apply_event`
-(row lock, state machine, audit links) and writes the webhook outbox rows. Views, tasks,
-commands and the approvals app call these; nothing else sets `step.state`.
+(row lock, state machine, audit links, save, `step.state_changed`). Views, tasks, commands and
+the approvals app call these; nothing else sets `step.state`.
 """
 
 from __future__ import annotations
@@ -27,19 +27,16 @@ from .errors import (
     ToolMismatch,
     ToolNotFound,
 )
-from .lifecycle import Outcome, State
+from .lifecycle import State
 from .models import Attempt, AuditEvent, Envelope, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation
 from .redaction import redact, redact_body
 from .transitions import (
     AGENT,
     SYSTEM,
+    Applied,
     apply_event,
     code_is_documented,
-    copy_snapshot,
-    emit_state_changed,
-    lock_step,
-    record,
     step_save,
     tool_get_or_register,
 )
@@ -105,7 +102,7 @@ def envelope_quarantine(
         step = None
         if tool is not None and operation_ref:
             try:
-                applied = apply_event(
+                step = apply_event(
                     team=team,
                     tool=tool,
                     operation_ref=operation_ref,
@@ -113,14 +110,9 @@ def envelope_quarantine(
                     actor=AGENT,
                     cause="malformed_envelope",
                     now=now,
-                )
+                ).step
             except ToolMismatch:
-                applied = None
-            if applied is not None and applied.step is not None:
-                step = applied.step
-                if applied.outcome.changed:
-                    step_save(step, now)
-                    emit_state_changed(step, "malformed_envelope")
+                step = None
         return Quarantine.objects.create(
             team=team,
             tool=tool,
@@ -238,6 +230,46 @@ def _envelope_store(
     event: lifecycle.EnvelopeArrived,
     now: datetime,
 ) -> IngestAnswer:
+    stored: list[Envelope] = []
+
+    def envelope_create(applied: Applied) -> bool:
+        assert applied.step is not None  # only an attempt is refused before its step exists
+        envelope = Envelope.objects.create(
+            team=team,
+            tool=tool,
+            step=applied.step,
+            dialect=parsed.dialect,
+            ok=parsed.ok,
+            code=parsed.code or "",
+            category=parsed.category or "",
+            commit_state=parsed.commit_state or "",
+            retry_directive=parsed.retry_directive or "",
+            not_before=parsed.not_before,
+            max_attempts_remaining=parsed.max_attempts_remaining,
+            next_action=parsed.next_action or "",
+            scope=parsed.scope or "",
+            resource_id=parsed.resource_id or "",
+            safe_details=parsed.safe_details,
+            dropped_detail_keys=list(parsed.dropped_detail_keys),
+            agent_message=parsed.agent_message,
+            user_message=parsed.user_message,
+            correlation_id=correlation_id,
+            run_id=parsed.run_id or "",
+            attempt=parsed.attempt,
+            occurred_at=parsed.occurred_at,
+            received_at=now,
+            verification=parsed.verification,
+            result_sha256=parsed.result_sha256 or "",
+            result_size=parsed.result_size,
+            flags=sorted(flags),
+            documented=documented,
+            step_closed=applied.outcome.ignored,
+        )
+        stored.append(envelope)
+        if not applied.outcome.ignored:
+            applied.step.last_envelope = envelope
+        return True  # a stored envelope is news on its step (updated_at), even a closed one's
+
     applied = apply_event(
         team=team,
         tool=tool,
@@ -248,45 +280,10 @@ def _envelope_store(
         now=now,
         correlation_id=correlation_id,
         run_id=parsed.run_id or "",
+        before_save=envelope_create,
     )
-    step = applied.step
-    assert step is not None  # only an attempt is ever refused before its step exists (lifecycle)
-    envelope = Envelope.objects.create(
-        team=team,
-        tool=tool,
-        step=step,
-        dialect=parsed.dialect,
-        ok=parsed.ok,
-        code=parsed.code or "",
-        category=parsed.category or "",
-        commit_state=parsed.commit_state or "",
-        retry_directive=parsed.retry_directive or "",
-        not_before=parsed.not_before,
-        max_attempts_remaining=parsed.max_attempts_remaining,
-        next_action=parsed.next_action or "",
-        scope=parsed.scope or "",
-        resource_id=parsed.resource_id or "",
-        safe_details=parsed.safe_details,
-        dropped_detail_keys=list(parsed.dropped_detail_keys),
-        agent_message=parsed.agent_message,
-        user_message=parsed.user_message,
-        correlation_id=correlation_id,
-        run_id=parsed.run_id or "",
-        attempt=parsed.attempt,
-        occurred_at=parsed.occurred_at,
-        received_at=now,
-        verification=parsed.verification,
-        result_sha256=parsed.result_sha256 or "",
-        result_size=parsed.result_size,
-        flags=sorted(flags),
-        documented=documented,
-        step_closed=applied.outcome.ignored,
-    )
-    if not applied.outcome.ignored:
-        step.last_envelope = envelope
-    step_save(step, now, created=applied.created)
-    if applied.outcome.changed:
-        emit_state_changed(step, "envelope")
+    step, (envelope,) = applied.step, stored
+    assert step is not None
     if not parsed.ok and not applied.outcome.ignored:
         if parsed.scope == "service":
             _tool_halt(tool, envelope=envelope, now=now)
@@ -414,6 +411,22 @@ def attempt_request(
         verification_deadline_s=tool.verification_deadline_s,
         approval_ttl_s=tool.approval_ttl_s,
     )
+    granted: list[Attempt] = []
+
+    def attempt_create(applied: Applied) -> bool:
+        if applied.step is not None and applied.outcome.granted:
+            granted.append(
+                Attempt.objects.create(
+                    step=applied.step,
+                    number=applied.step.attempts,
+                    fingerprint=fingerprint,
+                    run_id=run_id,
+                    correlation_id=correlation_id,
+                    granted_at=now,
+                )
+            )
+        return False
+
     with transaction.atomic():
         applied = apply_event(
             team=team,
@@ -425,31 +438,18 @@ def attempt_request(
             now=now,
             correlation_id=correlation_id,
             run_id=run_id,
+            before_save=attempt_create,
         )
-        step, outcome = applied.step, applied.outcome
-        if step is None:
-            raise AttemptRefused(
-                outcome.refusal,
-                REFUSAL_DETAIL[outcome.refusal],
-                step=None,
-                directive=lifecycle.directive(outcome.after, reason=outcome.refusal, not_before=outcome.retry_after)
-                | {"not_before": rfc3339(outcome.retry_after)},
-                retry_after=outcome.retry_after,
-            )
-        attempt = None
-        if outcome.granted:
-            attempt = Attempt.objects.create(
-                step=step,
-                number=step.attempts,
-                fingerprint=fingerprint,
-                run_id=run_id,
-                correlation_id=correlation_id,
-                granted_at=now,
-            )
-        if outcome.changed or outcome.refusal:
-            step_save(step, now, created=applied.created)
-        if outcome.changed:
-            emit_state_changed(step, "attempt")
+    step, outcome = applied.step, applied.outcome
+    if step is None:
+        raise AttemptRefused(
+            outcome.refusal,
+            REFUSAL_DETAIL[outcome.refusal],
+            step=None,
+            directive=lifecycle.directive(outcome.after, reason=outcome.refusal, not_before=outcome.retry_after)
+            | {"not_before": rfc3339(outcome.retry_after)},
+            retry_after=outcome.retry_after,
+        )
     if outcome.refusal:
         raise AttemptRefused(
             outcome.refusal,
@@ -462,7 +462,7 @@ def attempt_request(
             )["directive"],
             retry_after=outcome.retry_after,
         )
-    assert attempt is not None
+    (attempt,) = granted
     return AttemptGrant(attempt=attempt, step=step)
 
 
@@ -493,22 +493,25 @@ def verification_report(
 ) -> StepAnswer:
     """A lookup of the step's write by operation_ref (contract §3)."""
     now = now or timezone.now()
+    data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
+    if evidence_ref:
+        data["evidence_ref"] = redact(evidence_ref).text
     with transaction.atomic():
-        step = lock_step(team, operation_ref)
-        if step is None:
-            raise StepNotFound(f"No step {operation_ref!r} in this team.")
-        before = step.snapshot()
-        result = lifecycle.advance(before, lifecycle.VerificationReported(outcome=outcome), now)
-        copy_snapshot(step, result.after)
-        data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
-        if evidence_ref:
-            data["evidence_ref"] = redact(evidence_ref).text
-        record(step, before, result, actor=AGENT, cause="verification", now=now, data=data)
-        if result.changed:
-            step_save(step, now)
-            emit_state_changed(step, "verification")
+        applied = apply_event(
+            team=team,
+            operation_ref=operation_ref,
+            must_exist=True,
+            event=lifecycle.VerificationReported(outcome=outcome),
+            actor=AGENT,
+            cause="verification",
+            now=now,
+            data=data,
+        )
+    assert applied.step is not None
     return StepAnswer(
-        step=step, directive_reason=result.directive_reason, directive_not_before=result.directive_not_before
+        step=applied.step,
+        directive_reason=applied.outcome.directive_reason,
+        directive_not_before=applied.outcome.directive_not_before,
     )
 
 
@@ -532,16 +535,15 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
             step.due_at = None
             step.save(update_fields=["due_at"])
             return False
-        before = step.snapshot()
-        result = lifecycle.advance(before, lifecycle.TimerFired(timer=timer), now)
-        copy_snapshot(step, result.after)
-        if not result.changed:
-            step.save(update_fields=["due_at"])
-            return False
-        record(step, before, result, actor=SYSTEM, cause="timer", now=now, data={"timer": timer})
-        step_save(step, now)
-        emit_state_changed(step, "timer")
-    return True
+        applied = apply_event(
+            step=step,
+            event=lifecycle.TimerFired(timer=timer),
+            actor=SYSTEM,
+            cause="timer",
+            now=now,
+            data={"timer": timer},
+        )
+    return applied.outcome.changed
 
 
 def due_step_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
@@ -574,16 +576,12 @@ def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
     return step
 
 
-def step_apply_reviewer_act(*, step: Step, action: str, actor: str, now: datetime, data: dict) -> Outcome:
-    """Feed a reviewer's act to the machine. The caller holds the step lock (see above)."""
-    before = step.snapshot()
-    result = lifecycle.advance(before, lifecycle.ReviewerActed(action=action), now)
-    copy_snapshot(step, result.after)
-    record(step, before, result, actor=actor, cause="decision", now=now, data=data)
-    return result
-
-
-def step_audit_decision(*, step: Step, actor: str, action: str, reason: str, now: datetime) -> None:
+def step_decision_apply(
+    *, step: Step, action: str, reason: str, final: bool, actor: str, now: datetime, data: dict[str, Any]
+) -> bool:
+    """A reviewer's decision on a step the caller locked (`step_lock_for_decision`): its audit
+    link and, when it is final, the act fed to the machine. A decision that is not final yet
+    (the first of two approvals) moves nothing. True when the step moved."""
     audit_append(
         holder=step,
         kind=AuditEvent.Kind.DECISION,
@@ -594,9 +592,16 @@ def step_audit_decision(*, step: Step, actor: str, action: str, reason: str, now
         data={"reason": reason},
         now=now,
     )
-
-
-def step_save_and_notify(*, step: Step, changed: bool, now: datetime, cause: str = "decision") -> None:
-    step_save(step, now)
-    if changed:
-        emit_state_changed(step, cause)
+    if not final:
+        step_save(step, now)  # the decision's link is the new head of the step's chain
+        return False
+    applied = apply_event(
+        step=step,
+        event=lifecycle.ReviewerActed(action=action),
+        actor=actor,
+        cause="decision",
+        now=now,
+        data=data,
+        before_save=lambda applied: True,  # the decision's link changed the row, whatever the act did
+    )
+    return applied.outcome.changed

@@ -1,12 +1,15 @@
 """The one place where step transitions are applied.
 
-`apply_event` locks the step row (creating the step when the event may), asks
-`lifecycle.advance` what happens, copies the answer onto the row and appends the audit links;
-the caller saves the row (`step_save`) and emits its webhook in the same transaction.
+`apply_event` is the one way to apply an event to a step, used by every door (the API, the
+dashboard, a timer, a task): it locks the step row (creating the step when the event may), asks
+`lifecycle.advance` what happens, copies the answer onto the row, appends the audit links, lets
+the caller write the rows of the same change, saves the row and emits `step.state_changed`, all
+in the caller's transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -156,59 +159,100 @@ def emit_state_changed(step: Step, cause: str) -> None:
 
 def apply_event(
     *,
-    team: Team,
-    tool: Tool,
-    operation_ref: str,
     event: lifecycle.Event,
     actor: str,
     cause: str,
     now: datetime,
+    step: Step | None = None,
+    team: Team | None = None,
+    tool: Tool | None = None,
+    operation_ref: str = "",
+    must_exist: bool = False,
     correlation_id: str = "",
     run_id: str = "",
-    must_exist: bool = False,
+    data: dict[str, Any] | None = None,
+    before_save: Callable[[Applied], bool] | None = None,
 ) -> Applied:
-    """Lock the step (creating it if the event may create it) and apply the event."""
-    step = lock_step(team, operation_ref, joined=False)
+    """Apply one event to one step: lock, snapshot, advance, copy, audit, save, emit.
+
+    The step is `step`, already locked by the caller (a decision first checks what the reviewer
+    saw, a timer locks with skip_locked), or else the team's step `operation_ref`, locked here:
+    created when the event may create one (`tool` is then needed), StepNotFound when
+    `must_exist`. A `tool` must be the step's (else ToolMismatch); it is the caller's fresh copy,
+    with its circuit state. `data` goes into the audit links. `before_save(applied)` writes the
+    caller's rows of the same change (its envelope, its attempt) before the step is saved and
+    answers whether it changed the step row itself. The step is saved when anything of it
+    changed, and `step.state_changed` is emitted when its state or reason did.
+    """
+    created = False
     if step is None:
-        if must_exist:
-            raise StepNotFound(f"No step {operation_ref!r} in this team.")
-        before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
+        assert team is not None, "apply_event needs a locked step, or a team and an operation_ref"
+        step = lock_step(team, operation_ref, joined=tool is None)
+        if step is None:
+            if must_exist or tool is None:
+                raise StepNotFound(f"No step {operation_ref!r} in this team.")
+            before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
+            outcome = lifecycle.advance(before, event, now)
+            if outcome.after.state is None:
+                return Applied(step=None, outcome=outcome)  # refused before any step existed
+            step = _step_insert(team, tool, operation_ref, outcome.after, now, correlation_id, run_id)
+            if step is None:
+                # Another request created it first: apply the event to that step instead.
+                step = lock_step(team, operation_ref, joined=False)
+                assert step is not None
+            else:
+                created = True
+    if created:
+        mark_new(step)
+    else:
+        if tool is not None:
+            if step.tool_id != tool.pk:
+                raise ToolMismatch(
+                    f"Step {step.operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}."
+                )
+            step.tool = tool
+        before = step.snapshot()
         outcome = lifecycle.advance(before, event, now)
-        if outcome.after.state is None:
-            return Applied(step=None, outcome=outcome)
-        step = Step(
-            team=team,
-            tool=tool,
-            operation_ref=operation_ref,
-            correlation_id=correlation_id,
-            run_id=run_id,
-            state=outcome.after.state.value,
-            reason=outcome.after.reason,
-            created_at=now,
-            updated_at=now,
-            state_entered_at=now,
-        )
-        copy_snapshot(step, outcome.after)
-        try:
-            with transaction.atomic():
-                step.save(force_insert=True)
-        except IntegrityError:
-            # Another request created it first: apply the event to that step instead.
-            step = lock_step(team, operation_ref, joined=False)
-            assert step is not None
-        else:
-            mark_new(step)
-            audit = record(step, before, outcome, actor=actor, cause=cause, now=now)
-            return Applied(step=step, outcome=outcome, created=True, audit_events=audit)
-    if step.tool_id != tool.pk:
-        raise ToolMismatch(f"Step {operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}.")
-    step.tool = tool  # the caller's fresh copy (circuit state)
-    before = step.snapshot()
-    outcome = lifecycle.advance(before, event, now)
+    due_at = step.due_at
     copy_snapshot(step, outcome.after)
+    filled = False
     if not step.correlation_id and correlation_id:
-        step.correlation_id = correlation_id
+        step.correlation_id, filled = correlation_id, True
     if not step.run_id and run_id:
-        step.run_id = run_id
-    audit = record(step, before, outcome, actor=actor, cause=cause, now=now)
-    return Applied(step=step, outcome=outcome, audit_events=audit)
+        step.run_id, filled = run_id, True
+    applied = Applied(step=step, outcome=outcome, created=created)
+    applied.audit_events = record(step, before, outcome, actor=actor, cause=cause, now=now, data=data)
+    touched = before_save(applied) if before_save is not None else False
+    if created or applied.audit_events or touched or filled or outcome.after != before:
+        step_save(step, now, created=created)
+    elif step.due_at != due_at:
+        step.save(update_fields=["due_at"])  # a stale timer column: no change of the step to announce
+    if outcome.changed:
+        emit_state_changed(step, cause)
+    return applied
+
+
+def _step_insert(
+    team: Team, tool: Tool, operation_ref: str, after: Snapshot, now: datetime, correlation_id: str, run_id: str
+) -> Step | None:
+    """Insert the step an event creates; None when another transaction inserted it first."""
+    assert after.state is not None
+    step = Step(
+        team=team,
+        tool=tool,
+        operation_ref=operation_ref,
+        correlation_id=correlation_id,
+        run_id=run_id,
+        state=after.state.value,
+        reason=after.reason,
+        created_at=now,
+        updated_at=now,
+        state_entered_at=now,
+    )
+    copy_snapshot(step, after)
+    try:
+        with transaction.atomic():
+            step.save(force_insert=True)
+    except IntegrityError:
+        return None
+    return step

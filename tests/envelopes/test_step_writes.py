@@ -40,3 +40,23 @@ def test_the_row_of_a_new_step_holds_everything_the_write_set(team: Team, create
     saved = Step.objects.get(pk=step.pk)
     assert _row(saved) == _row(step)
     assert saved.audit_seq >= 1
+
+
+def test_every_door_applies_events_through_the_one_function() -> None:
+    """STYLE.md: one way to apply an event to a step. Outside `transitions.apply_event` no code
+    asks the machine for a transition or copies its answer onto a step row."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    apps = [p for p in root.glob("*/") if (p / "apps.py").exists() or p.name in {"config", "sdk"}]
+    offenders = []
+    pattern = re.compile(r"\badvance\(|\bcopy_snapshot\(|\bstep\.state\s*=[^=]")
+    for app in apps:
+        for path in app.rglob("*.py"):
+            if "migrations" in path.parts or path.name in {"lifecycle.py", "transitions.py"}:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert apps and not offenders, offenders
