@@ -36,6 +36,10 @@ class ToolMismatch(HoldpointError):
     status, code, title = 409, "tool_mismatch", "The step belongs to another tool"
 
 
+class ToolLimitReached(HoldpointError):
+    status, code, title = 422, "tool_limit_reached", "The team has reached its tool limit"
+
+
 class AttemptRefused(HoldpointError):
     status, title = 409, "Attempt refused"
 

@@ -24,6 +24,7 @@ from .errors import (
     EnvelopeInvalid,
     HoldpointError,
     StepNotFound,
+    ToolLimitReached,
     ToolMismatch,
     ToolNotFound,
 )
@@ -38,6 +39,7 @@ from .transitions import (
     apply_event,
     code_is_documented,
     step_save,
+    tool_auto_register,
     tool_get_or_register,
 )
 
@@ -46,6 +48,7 @@ __all__ = [
     "EnvelopeInvalid",
     "HoldpointError",
     "StepNotFound",
+    "ToolLimitReached",
     "ToolMismatch",
     "ToolNotFound",
     "tool_get_or_register",
@@ -98,7 +101,7 @@ def envelope_quarantine(
     """Keep a payload that broke the contract and escalate the step it names."""
     now = now or timezone.now()
     with transaction.atomic():
-        tool = tool_get_or_register(team=team, name=tool_name) if tool_name else None
+        tool = tool_auto_register(team=team, name=tool_name) if tool_name else None
         step = None
         if tool is not None and operation_ref:
             try:
@@ -146,7 +149,7 @@ def envelope_ingest(
     """Validate, redact and store one envelope, and move its step (contract §2, §3)."""
     now = now or timezone.now()
     tool_name, operation_ref = schema.identify(payload, dialect)
-    tool = tool_get_or_register(team=team, name=tool_name) if tool_name else None
+    tool = tool_auto_register(team=team, name=tool_name) if tool_name else None
     attempts_so_far = 0
     if tool is not None and operation_ref and dialect == "compact":
         attempts_so_far = (
@@ -404,7 +407,7 @@ def attempt_request(
 ) -> AttemptGrant:
     """The attempt gate: grant one write, or raise AttemptRefused (contract §4)."""
     now = now or timezone.now()
-    tool = tool_get_or_register(team=team, name=tool_name)
+    tool = tool_auto_register(team=team, name=tool_name)
     event = lifecycle.AttemptRequested(
         fingerprint=fingerprint,
         consistency_window_s=tool.consistency_window_s,

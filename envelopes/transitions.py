@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
@@ -21,7 +22,7 @@ from webhooks.outbox import event_emit
 
 from . import lifecycle
 from .audit import audit_append
-from .errors import StepNotFound, ToolMismatch
+from .errors import StepNotFound, ToolLimitReached, ToolMismatch
 from .lifecycle import HELD, Outcome, Snapshot
 from .models import AuditEvent, ErrorCode, Step, Team, Tool
 from .presenters import step_representation
@@ -38,6 +39,34 @@ def tool_get_or_register(*, team: Team, name: str) -> Tool:
         with transaction.atomic():
             return Tool.objects.create(team=team, name=name)
     except IntegrityError:
+        return Tool.objects.get(team=team, name=name)
+
+
+DEFAULT_MAX_TOOLS_PER_TEAM = 500
+
+
+def tool_auto_register(*, team: Team, name: str) -> Tool:
+    """The team's tool an envelope or attempt names, registered with defaults the first time,
+    unless the team already has HOLDPOINT_MAX_TOOLS_PER_TEAM tools (ToolLimitReached: an agent
+    inventing tool names must not grow the team's tables, pages and metrics without bound)."""
+    for tool in Tool.objects.filter(team=team, name=name)[:1]:
+        return tool
+    limit = getattr(settings, "HOLDPOINT_MAX_TOOLS_PER_TEAM", DEFAULT_MAX_TOOLS_PER_TEAM)
+    try:
+        with transaction.atomic():
+            # New tools of one team are registered one at a time, so that racing requests cannot
+            # pass the cap together (a tool is new once per name: this lock is rarely taken).
+            list(Team.objects.select_for_update().filter(pk=team.pk).values_list("pk", flat=True))
+            for tool in Tool.objects.filter(team=team, name=name)[:1]:
+                return tool  # registered by the request we waited for
+            if Tool.objects.filter(team=team).count() >= limit:
+                raise ToolLimitReached(
+                    f"This team already has {limit} tools, the most that agents may register; "
+                    f"{name!r} is not one of them. An admin may configure it, or raise the limit.",
+                    errors=[{"field": "tool", "rule": "tool_limit"}],
+                )
+            return Tool.objects.create(team=team, name=name)
+    except IntegrityError:  # configured by an admin meanwhile (configuretool takes no team lock)
         return Tool.objects.get(team=team, name=name)
 
 
