@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from envelopes import services as step_services
 from envelopes.configuration import NewApiKey, api_key_create, api_keys_revoke
+from envelopes.events import event_emit
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import ApiKey, Step, Team, Tool
 from envelopes.presenters import rfc3339, step_representation
-from webhooks.outbox import event_emit
 
 from .models import Decision, Membership
 

@@ -15,8 +15,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from webhooks.outbox import event_emit
-
 from . import lifecycle, schema
 from .audit import audit_append
 from .errors import (
@@ -28,6 +26,7 @@ from .errors import (
     ToolMismatch,
     ToolNotFound,
 )
+from .events import event_emit
 from .lifecycle import State
 from .models import Attempt, AuditEvent, Envelope, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation

@@ -18,11 +18,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from webhooks.outbox import event_emit
-
 from . import lifecycle
 from .audit import audit_append
 from .errors import StepNotFound, ToolLimitReached, ToolMismatch
+from .events import event_emit
 from .lifecycle import HELD, Outcome, Snapshot
 from .models import AuditEvent, ErrorCode, Step, Team, Tool
 from .presenters import step_representation

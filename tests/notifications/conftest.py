@@ -188,14 +188,3 @@ def smtp(settings: Any) -> Iterator[Inbox]:
     settings.EMAIL_HOST_PASSWORD = ""
     yield inbox
     controller.stop()
-
-
-@pytest.fixture(autouse=True)
-def _core_emits_to_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until the core imports envelopes.events.event_emit (the last step of issue 12), route its
-    emits there, as the switch will."""
-    from envelopes import events, services, transitions
-
-    for module in (services, transitions):
-        if getattr(module, "event_emit", None) is not events.event_emit:
-            monkeypatch.setattr(module, "event_emit", events.event_emit)

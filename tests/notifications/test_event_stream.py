@@ -91,3 +91,32 @@ def test_webhooks_subscribe_to_the_stream() -> None:
     from webhooks.outbox import event_emit as webhook_consumer
 
     assert webhook_consumer in events.consumers()
+
+
+def test_a_transition_through_the_api_is_one_domain_event_with_the_step_shape(team: Team, agent: Any) -> None:
+    from tests.conftest import error_envelope
+
+    response = agent.envelope(error_envelope(operation_ref="run_9/stream"))
+    assert response.status_code == 201
+    (event,) = DomainEvent.objects.filter(type="step.state_changed")
+    assert event.step_id is not None and event.tool == "send_email"
+    assert event.data["step"]["operation_ref"] == "run_9/stream"
+    assert event.data["step"]["state"] == response.json()["step"]["state"]
+
+
+def test_the_core_imports_none_of_its_consumers() -> None:
+    """The core writes its events and calls whoever subscribed: it never calls up into webhooks
+    or notifications by name (issue 12, point 1)."""
+    import ast
+    from pathlib import Path
+
+    above = {"webhooks", "notifications"}
+    core = Path(__file__).resolve().parents[2] / "envelopes"
+    offenders = []
+    for path in core.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {name}" for name in names if name.split(".")[0] in above]
+    assert offenders == []
