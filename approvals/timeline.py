@@ -1,5 +1,5 @@
 """The step page's timeline (contract §7): envelopes, attempts, audit links, decisions, circuit
-events and webhook tries of one step, by time, one page at a time.
+events, webhook tries and notifications of one step, by time, one page at a time.
 
 The page polls every 5 s, so no read here grows with the step's history: each source is read
 newest first with a LIMIT, the sources are merged, and older entries come a page at a time
@@ -17,6 +17,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from envelopes.models import AuditEvent, Step
+from notifications.models import SendTry
 from webhooks.models import DeliveryTry
 
 from .models import Decision
@@ -56,7 +57,8 @@ DECISIONS = Source("decision", 1, "decided_at")
 AUDIT = Source("audit", 2, "created_at")  # the step's transitions and refusals
 CIRCUIT = Source("circuit", 2, "created_at")  # the tool halted and resumed while the step lived
 WEBHOOKS = Source("webhook", 3, "tried_at")
-SOURCES = {source.name: source for source in (ENVELOPES, ATTEMPTS, DECISIONS, AUDIT, CIRCUIT, WEBHOOKS)}
+NOTIFICATIONS = Source("notification", 3, "tried_at")  # "notified <channel>" (contract §9)
+SOURCES = {source.name: source for source in (ENVELOPES, ATTEMPTS, DECISIONS, AUDIT, CIRCUIT, WEBHOOKS, NOTIFICATIONS)}
 
 
 @dataclass(frozen=True, order=True)
@@ -164,6 +166,7 @@ def _sources(step: Step) -> list[tuple[Source, QuerySet[Any]]]:
             WEBHOOKS,
             DeliveryTry.objects.for_step(step).select_related("message", "message__endpoint").only(*_DELIVERY_FIELDS),
         ),
+        (NOTIFICATIONS, SendTry.objects.for_step(step).select_related("message", "message__channel")),
     ]
 
 
@@ -215,6 +218,7 @@ def _with_decision_audits(step: Step, entries: list[TimelineEntry]) -> list[Time
 def timeline_version(step: Step) -> str:
     """Changes whenever the timeline of the step (or the step itself) may have changed: every
     write to a step bumps its version, the tool's circuit events advance its audit chain, and
-    webhook tries are counted by their newest id."""
+    webhook tries and notification sends are counted by their newest id."""
     newest_try = DeliveryTry.objects.for_step(step).order_by("-pk").values_list("pk", flat=True).first()
-    return f"{step.version}.{step.tool.audit_seq}.{newest_try or 0}"
+    newest_send = SendTry.objects.for_step(step).order_by("-pk").values_list("pk", flat=True).first()
+    return f"{step.version}.{step.tool.audit_seq}.{newest_try or 0}.{newest_send or 0}"
