@@ -290,6 +290,10 @@ HOLDPOINT_BASE_URL = env.str("HOLDPOINT_BASE_URL", default="http://127.0.0.1:800
 HOLDPOINT_METRICS_TOKEN = env.str("HOLDPOINT_METRICS_TOKEN", default="")
 # How long a stored answer to an Idempotency-Key is kept (then the key may be used anew).
 HOLDPOINT_IDEMPOTENCY_TTL_HOURS = env.int("HOLDPOINT_IDEMPOTENCY_TTL_HOURS", default=7 * 24)
+# How many tools agents may auto-register per team (configuretool and the admin are not capped).
+HOLDPOINT_MAX_TOOLS_PER_TEAM = env.int("HOLDPOINT_MAX_TOOLS_PER_TEAM", default=500)
+# Slack interaction payloads (§10) are verified with it; with it set, Slack messages carry buttons.
+SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
 
 LOGGING = {
     "version": 1,

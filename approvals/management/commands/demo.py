@@ -20,6 +20,8 @@ from approvals.services import reviewer_create, step_decide
 from envelopes import services
 from envelopes.configuration import api_key_create, error_code_upsert, team_create, tool_configure
 from envelopes.models import Team
+from notifications.models import Channel
+from notifications.services import channel_create
 
 DEFAULT_PASSWORD = "holdpoint-demo"
 DEMO_USERS = (("reviewer", "admin"), ("reviewer2", "reviewer"), ("viewer", "viewer"))
@@ -57,8 +59,14 @@ class Command(BaseCommand):
                 role = membership.role
             else:
                 user = reviewer_create(username=username, password=password, team=demo_team, role=role)
+            if not user.email:
+                # Without an address, the demo's @reviewers channel would reach nobody.
+                user.email = f"{username}@demo.holdpoint.test"
+                user.save(update_fields=["email"])
             users[username] = user
             roles.append(f"{username} ({role})")
+        if not Channel.objects.filter(team=demo_team, kind="email", target="@reviewers").exists():
+            channel_create(team=demo_team, kind="email", target="@reviewers", name="demo reviewers")
         if existing is None:
             self._load(demo_team, users["reviewer"], users["reviewer2"])
         key = api_key_create(team=demo_team, name=f"demo {timezone.now():%Y-%m-%d %H:%M}")
