@@ -54,6 +54,8 @@ INSTALLED_APPS = [
     "limits",
     "axes",
     "notifications",
+    "dashboard",
+    "reviewers",
 ]
 
 MIDDLEWARE = [

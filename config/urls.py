@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("metrics.urls")),
     path("", include("webhooks.urls")),
     path("", include("notifications.urls")),
+    path("", include("reviewers.urls")),
     path("", include("approvals.urls")),
 ]
 # Registered last, so the metrics app's API routes (included above) match first.

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReviewersConfig(AppConfig):
+    name = "reviewers"
+    default_auto_field = "django.db.models.BigAutoField"
