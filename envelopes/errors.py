@@ -60,3 +60,24 @@ class EnvelopeInvalid(HoldpointError):
         super().__init__(rejected.detail)
         self.code = rejected.code
         self.errors = [error.as_dict() for error in rejected.errors]
+
+
+class InputInvalid(HoldpointError):
+    """A tool call's input (the attempt gate's `input`, a reviewer's edited input) that cannot be
+    accepted: `errors` names the field and the rule it broke."""
+
+    status, code, title = 422, "schema_invalid", "The input breaks the contract"
+
+    def __init__(self, detail: str, *, field: str, rule: str) -> None:
+        super().__init__(detail, errors=[{"field": field, "rule": rule}])
+        self.field = field
+        self.rule = rule
+
+
+class FingerprintMismatch(HoldpointError):
+    """`input` does not hash to `input_fingerprint` (contract §4, Proposed input)."""
+
+    status, code, title = 422, "fingerprint_mismatch", "The input does not match its fingerprint"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, errors=[{"field": "input_fingerprint", "rule": "matches_input"}])

@@ -282,10 +282,33 @@ class Attempt(models.Model):
     run_id = models.CharField(max_length=200, blank=True)
     correlation_id = models.CharField(max_length=200, blank=True)
     granted_at = models.DateTimeField(default=timezone.now)
+    # The tool call's input the agent sent with the request (contract §4, Proposed input), as
+    # stored: redacted (envelopes.proposal.input_redact). None: the agent sent no input.
+    input = models.JSONField(null=True, blank=True)
+    input_redacted = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_number_per_step")]
         ordering = ["number"]
+
+
+class ProposedInput(models.Model):
+    """An input the attempt gate refused with `approval_mismatch`: the step went back to a
+    reviewer, and the approval it now waits for binds this input's fingerprint, so the reviewer
+    must see it although no attempt was granted (envelopes.proposal.proposal_of). Append-only;
+    the input is stored redacted, like an attempt's."""
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="+")
+    fingerprint = models.CharField(max_length=64)
+    input = models.JSONField(null=True, blank=True)
+    input_redacted = models.BooleanField(default=False)
+    proposed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # proposal_of: the step's latest refused input with the fingerprint under review.
+            models.Index(fields=["step", "fingerprint", "-id"], name="proposedinput_step_fp_idx"),
+        ]
 
 
 class Envelope(models.Model):
@@ -429,6 +452,9 @@ class AuditEvent(models.Model):
             # Metrics: transitions and refusals per tool and window.
             models.Index(fields=["tool", "kind", "created_at"], name="audit_tool_kind_time_idx"),
             models.Index(fields=["step", "seq"], name="audit_step_seq_idx"),
+            # The step page's timeline: the step's links newest first (created_at desc, id desc),
+            # read a page at a time without scanning the step's older links.
+            models.Index(fields=["step", "created_at", "id"], name="audit_step_time_idx"),
         ]
 
 
