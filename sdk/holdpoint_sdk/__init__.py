@@ -22,6 +22,7 @@ from .envelopes import (
     parse_retry_after,
 )
 from .errors import (
+    ApprovedInputNotPassed,
     AttemptRefused,
     Conflict,
     DecisionTimeout,
@@ -39,6 +40,7 @@ from .guard import AsyncGuard, Guard, Outcome, new_operation_ref
 from .webhooks import sign_webhook, verify_webhook
 
 __all__ = [
+    "ApprovedInputNotPassed",
     "AsyncGuard",
     "AsyncHoldpoint",
     "AttemptRefused",

@@ -16,8 +16,8 @@ import httpx
 
 from . import __version__
 from .envelopes import Failure, now_utc, parse_retry_after, parse_rfc3339, rfc3339
-from .errors import DecisionTimeout, HoldpointError, HoldpointUnavailable, error_from_problem
-from .guard import AsyncGuard, Guard, Outcome
+from .errors import AttemptRefused, DecisionTimeout, HoldpointError, HoldpointUnavailable, error_from_problem
+from .guard import AsyncGuard, Guard, Outcome, takes_the_input
 from .types import (
     AttemptGrant,
     CodeList,
@@ -41,6 +41,7 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 # A hold, a verification or a wait ends by someone else's act (or a timer): keep polling.
 WAITING_ACTIONS = frozenset({"hold", "verify", "wait"})
 MAX_RETRY_WAIT = 30.0  # seconds: a longer Retry-After is the caller's to honour, not ours
+MAX_REMEMBERED_APPROVALS = 1024  # steps whose edited approval this client has read and not used
 
 
 def step_path(operation_ref: str) -> str:
@@ -134,6 +135,38 @@ class _ClientBase:
             "Accept": "application/json, application/problem+json",
             "User-Agent": f"holdpoint-sdk-python/{__version__}",
         }
+        # operation_ref -> the input a reviewer approved with edits (contract v1.1), as last read
+        # in a directive: the next guard on that step runs it instead of its own input.
+        self._approved_inputs: dict[str, dict[str, Any]] = {}
+
+    def approved_input(self, operation_ref: str) -> dict[str, Any] | None:
+        """The edited input a reviewer approved for this step, as this client last read it in
+        the step's directive (any read: `get_step`, `wait_for_decision`, an answer), until an
+        attempt uses it; None otherwise. `guard` uses it on its own."""
+        approved = self._approved_inputs.get(operation_ref)
+        return dict(approved) if approved is not None else None
+
+    def _remember(self, step: Any) -> None:
+        """Keep the directive's approved input of a step just read (or forget it: a directive
+        without one means none is pending)."""
+        if not isinstance(step, Mapping) or not isinstance(step.get("operation_ref"), str):
+            return
+        ref = step["operation_ref"]
+        directive = step.get("directive")
+        approved = directive.get("input") if isinstance(directive, Mapping) else None
+        self._approved_inputs.pop(ref, None)
+        if isinstance(approved, Mapping):
+            while len(self._approved_inputs) >= MAX_REMEMBERED_APPROVALS:
+                self._approved_inputs.pop(next(iter(self._approved_inputs)))
+            self._approved_inputs[ref] = dict(approved)
+
+    def _remember_answer(self, answer: Any) -> Any:
+        if isinstance(answer, Mapping):
+            self._remember(answer.get("step"))
+        return answer
+
+    def _remember_refusal(self, refusal: AttemptRefused) -> None:
+        self._remember(refusal.step)
 
     # --- building calls (shared by both clients) ---------------------------------------------
 
@@ -350,7 +383,8 @@ class Holdpoint(_ClientBase):
     ) -> IngestAnswer:
         """POST /envelopes: report one tool result. With an Idempotency-Key a lost answer can
         be asked for again without recording the result twice."""
-        return cast(IngestAnswer, self._fetch(self._envelope_call(envelope, idempotency_key, dialect)))
+        call = self._envelope_call(envelope, idempotency_key, dialect)
+        return cast(IngestAnswer, self._remember_answer(self._fetch(call)))
 
     def request_attempt(
         self,
@@ -371,7 +405,13 @@ class Holdpoint(_ClientBase):
         call = self._attempt_call(
             operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key, input
         )
-        return cast(AttemptGrant, self._fetch(call))
+        try:
+            grant = self._fetch(call)
+        except AttemptRefused as refusal:
+            self._remember_refusal(refusal)
+            raise
+        self._approved_inputs.pop(operation_ref, None)  # a granted attempt used the approval
+        return cast(AttemptGrant, self._remember_answer(grant))
 
     def report_verification(
         self,
@@ -383,7 +423,7 @@ class Holdpoint(_ClientBase):
     ) -> StepAnswer:
         """Report a lookup of the step's write by operation_ref."""
         call = self._verification_call(operation_ref, outcome, checked_at, evidence_ref)
-        return cast(StepAnswer, self._fetch(call))
+        return cast(StepAnswer, self._remember_answer(self._fetch(call)))
 
     def get_step(self, operation_ref: str) -> Step:
         step = self.get_step_if_changed(operation_ref, etag=None).step
@@ -396,7 +436,9 @@ class Holdpoint(_ClientBase):
         new_etag = response.headers.get("ETag", etag)
         if response.status_code == 304:
             return ConditionalStep(step=None, etag=new_etag)
-        return ConditionalStep(step=cast(Step, response.json()), etag=new_etag)
+        step = cast(Step, response.json())
+        self._remember(step)
+        return ConditionalStep(step=step, etag=new_etag)
 
     def list_steps_page(
         self,
@@ -461,9 +503,15 @@ class Holdpoint(_ClientBase):
         side_effects: bool = True,
         verification_tool: str | None = None,
         classify: Callable[[BaseException], Failure | None] | None = None,
+        send_input: bool = True,
     ) -> Guard:
         """A guard around one tool call (see `Guard`). Keep `guard.operation_ref`: a retry of
-        the same operation must use it again."""
+        the same operation must use it again.
+
+        The input goes to the gate with its fingerprint, so a reviewer sees what they approve;
+        `send_input=False` sends the fingerprint only (input that must not leave the agent).
+        When this client has read an approval of the step with an edited input, `guard.input`
+        is that input and the guard runs it (`guard.input_edited`)."""
         return Guard(
             self,
             tool=tool,
@@ -474,12 +522,17 @@ class Holdpoint(_ClientBase):
             side_effects=side_effects,
             verification_tool=verification_tool,
             classify=classify,
+            send_input=send_input,
+            approved_input=self.approved_input(operation_ref) if operation_ref else None,
         )
 
     def guarded_call(self, *, tool: str, input: Any, call: Callable[[], Any], **options: Any) -> Outcome:
-        """Ask the gate, run `call()`, report what happened and return the Outcome."""
+        """Ask the gate, run `call()`, report what happened and return the Outcome. A `call`
+        that takes one argument gets the input to run (the approved one after an approval with
+        edits); a `call` that takes none cannot be given it and raises ApprovedInputNotPassed
+        after an edited approval, before anything runs."""
         with self.guard(tool=tool, input=input, **options) as guard:
-            return guard.call(call)
+            return guard.call(call, guard.input) if takes_the_input(call) else guard.call(call)
 
     def wait_for_decision(
         self,
@@ -604,7 +657,7 @@ class AsyncHoldpoint(_ClientBase):
         dialect: Dialect = "canonical",
     ) -> IngestAnswer:
         call = self._envelope_call(envelope, idempotency_key, dialect)
-        return cast(IngestAnswer, await self._fetch(call))
+        return cast(IngestAnswer, self._remember_answer(await self._fetch(call)))
 
     async def request_attempt(
         self,
@@ -620,7 +673,13 @@ class AsyncHoldpoint(_ClientBase):
         call = self._attempt_call(
             operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key, input
         )
-        return cast(AttemptGrant, await self._fetch(call))
+        try:
+            grant = await self._fetch(call)
+        except AttemptRefused as refusal:
+            self._remember_refusal(refusal)
+            raise
+        self._approved_inputs.pop(operation_ref, None)  # a granted attempt used the approval
+        return cast(AttemptGrant, self._remember_answer(grant))
 
     async def report_verification(
         self,
@@ -631,7 +690,7 @@ class AsyncHoldpoint(_ClientBase):
         evidence_ref: str | None = None,
     ) -> StepAnswer:
         call = self._verification_call(operation_ref, outcome, checked_at, evidence_ref)
-        return cast(StepAnswer, await self._fetch(call))
+        return cast(StepAnswer, self._remember_answer(await self._fetch(call)))
 
     async def get_step(self, operation_ref: str) -> Step:
         step = (await self.get_step_if_changed(operation_ref, etag=None)).step
@@ -643,7 +702,9 @@ class AsyncHoldpoint(_ClientBase):
         new_etag = response.headers.get("ETag", etag)
         if response.status_code == 304:
             return ConditionalStep(step=None, etag=new_etag)
-        return ConditionalStep(step=cast(Step, response.json()), etag=new_etag)
+        step = cast(Step, response.json())
+        self._remember(step)
+        return ConditionalStep(step=step, etag=new_etag)
 
     async def list_steps_page(
         self,
@@ -707,6 +768,7 @@ class AsyncHoldpoint(_ClientBase):
         side_effects: bool = True,
         verification_tool: str | None = None,
         classify: Callable[[BaseException], Failure | None] | None = None,
+        send_input: bool = True,
     ) -> AsyncGuard:
         return AsyncGuard(
             self,
@@ -718,10 +780,14 @@ class AsyncHoldpoint(_ClientBase):
             side_effects=side_effects,
             verification_tool=verification_tool,
             classify=classify,
+            send_input=send_input,
+            approved_input=self.approved_input(operation_ref) if operation_ref else None,
         )
 
     async def guarded_call(self, *, tool: str, input: Any, call: Callable[[], Any], **options: Any) -> Outcome:
         async with self.guard(tool=tool, input=input, **options) as guard:
+            if takes_the_input(call):
+                return await guard.call(call, guard.input)
             return await guard.call(call)
 
     async def wait_for_decision(

@@ -47,6 +47,7 @@ Scope = Literal["request", "resource", "service"]
 SafeValue = str | int | float | bool
 
 DEFAULT_RETRY_DELAY = 30.0  # seconds, when a failure asks for a delay without saying how long
+MAX_INPUT_BYTES = 32 * 1024  # the attempt gate's limit on `input`'s canonical form (contract §4)
 _RETRY_DIRECTIVE = {"wait_and_retry": "after_delay", "correct_input": "after_input_fix"}
 
 
@@ -69,7 +70,7 @@ def parse_rfc3339(value: str | None) -> dt.datetime | None:
 # --- the input fingerprint -------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """The input as plain JSON values: datetimes, dates and times become ISO 8601 strings,
     Decimals and UUIDs strings, tuples lists; anything else without a JSON form is refused."""
     if value is None or isinstance(value, str | bool | int | float):
@@ -79,10 +80,10 @@ def _jsonable(value: Any) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"cannot fingerprint a {type(key).__name__} key: JSON object keys are strings")
-            out[key] = _jsonable(item)
+            out[key] = jsonable(item)
         return out
     if isinstance(value, list | tuple):
-        return [_jsonable(item) for item in value]
+        return [jsonable(item) for item in value]
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID):
@@ -98,7 +99,7 @@ def canonical_json(value: Any) -> bytes:
     Python values without a JSON form are converted first (datetimes, dates and times to ISO
     8601 strings, Decimals and UUIDs to strings); NaN, infinities and integers beyond 2**53 are
     refused (ValueError), as are other types (TypeError)."""
-    return rfc8785.dumps(_jsonable(value))
+    return rfc8785.dumps(jsonable(value))
 
 
 def input_fingerprint(value: Any) -> str:

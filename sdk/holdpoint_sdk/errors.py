@@ -134,6 +134,12 @@ class ReportNotDelivered(HoldpointError):
         self.error = error
 
 
+class ApprovedInputNotPassed(RuntimeError):
+    """A reviewer approved an edited input, and the guarded call was not given it (a closure
+    over the original input, say). Raised before the attempt gate is asked: nothing is granted,
+    nothing runs. Pass the guard's input to the call: `guard.call(fn, guard.input)`."""
+
+
 class DecisionTimeout(TimeoutError):
     """`wait_for_decision` gave up; `step` is the last state it read."""
 

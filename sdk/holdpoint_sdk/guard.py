@@ -8,8 +8,11 @@ A guard
 
 1. fixes the `operation_ref` before the first write (pass the one you stored, or keep the
    generated `guard.operation_ref`, so that a retry of this operation uses it again);
-2. fingerprints the input (SHA-256 of its RFC 8785 canonical JSON) and asks the attempt gate; a
-   refusal is an outcome, not an exception, and the call is not made;
+2. fingerprints the input (SHA-256 of its RFC 8785 canonical JSON) and asks the attempt gate,
+   sending the input itself too (contract v1.1: the reviewer sees what they approve) unless
+   `send_input=False`; a refusal is an outcome, not an exception, and the call is not made;
+   after a reviewer approved an edited input, the approved input is the one fingerprinted,
+   sent and run (`guard.input`, `outcome.input_edited`);
 3. runs the call; whatever it raised, or an HTTP error response it returned, becomes an error
    envelope (see `holdpoint_sdk.envelopes`), anything else a success envelope;
 4. posts the envelope (with an Idempotency-Key) and hands back an `Outcome` carrying
@@ -23,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -33,20 +37,25 @@ import httpx
 
 from .envelopes import (
     DEFAULT_RETRY_DELAY,
+    MAX_INPUT_BYTES,
     Failure,
+    canonical_json,
     failure_for_exception,
     input_fingerprint,
+    jsonable,
     now_utc,
     parse_rfc3339,
     success_envelope,
 )
 from .errors import (
+    ApprovedInputNotPassed,
     AttemptRefused,
     HoldpointError,
     HoldpointUnavailable,
     ReportNotDelivered,
     ServerError,
     Throttled,
+    ValidationFailed,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +65,40 @@ if TYPE_CHECKING:
     from .types import AttemptGrant, Directive, IngestAnswer, Step
 
 _UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)
+logger = logging.getLogger("holdpoint_sdk")
+
+
+def _names_input(error: ValidationFailed) -> bool:
+    """A 422 about `input` itself (too large, too deep, not an object, or a v1 server that does
+    not know the field), as opposed to `input_fingerprint` (a mismatch is never papered over)."""
+    fields = [e.get("field") for e in error.errors if isinstance(e, Mapping)]
+    return any(
+        isinstance(name, str) and (name == "input" or name.startswith(("input.", "input/", "input[")))
+        for name in fields
+    )
+
+
+def _input_rules(error: ValidationFailed) -> str:
+    rules = sorted({str(e.get("rule") or e.get("code") or "?") for e in error.errors if isinstance(e, Mapping)})
+    return ", ".join(rules) or error.code
+
+
+def takes_the_input(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` needs exactly one positional argument (the input to run), as
+    `provider.refund` does and `lambda: provider.refund(x)` does not."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind()
+    except TypeError:
+        try:
+            signature.bind(None)
+        except TypeError:
+            return False
+        return True
+    return False
 
 
 def new_operation_ref(prefix: str = "op") -> str:
@@ -77,6 +120,9 @@ class Outcome:
     refusal: AttemptRefused | None = None  # the gate's refusal: the call was not made
     envelope: dict[str, Any] | None = None  # the envelope that was posted
     answer: IngestAnswer | None = None  # Holdpoint's answer to it
+    input: Any = None  # the input the gate was asked about (and the call ran, when granted)
+    input_edited: bool = False  # a reviewer approved an edited input: `input` is theirs
+    input_sent: bool = False  # the gate received `input` itself, not only its fingerprint
 
     @property
     def ok(self) -> bool:
@@ -128,12 +174,23 @@ class _GuardBase:
         side_effects: bool,
         verification_tool: str | None,
         classify: Callable[[BaseException], Failure | None] | None,
+        send_input: bool = True,
+        approved_input: Mapping[str, Any] | None = None,
         default_retry_delay: float = DEFAULT_RETRY_DELAY,
     ) -> None:
         self.tool = tool
-        self.input = input
+        self.original_input = input
         self.operation_ref = operation_ref or new_operation_ref()
-        self.fingerprint = input_fingerprint(input)
+        original_fingerprint = input_fingerprint(input)
+        # After an approval with an edited input, the gate grants only the reviewer's input:
+        # that is the one fingerprinted, sent and run.
+        edited = approved_input is not None and input_fingerprint(approved_input) != original_fingerprint
+        self.input: Any = dict(approved_input) if edited and approved_input is not None else input
+        self.input_edited = edited
+        self.fingerprint = input_fingerprint(self.input) if edited else original_fingerprint
+        self.send_input = send_input
+        self.input_sent = False
+        self.input_withheld: str | None = None  # why the input was not sent, when it was not
         self.run_id = run_id
         self.correlation_id = correlation_id
         self.side_effects = side_effects
@@ -158,8 +215,68 @@ class _GuardBase:
             step=refusal.step,
             directive=refusal.directive,
             refusal=refusal,
+            **self._input_fields(),
         )
         return self.outcome
+
+    def _input_fields(self) -> dict[str, Any]:
+        return {"input": self.input, "input_edited": self.input_edited, "input_sent": self.input_sent}
+
+    def _input_for_gate(self) -> dict[str, Any] | None:
+        """The input as the gate takes it (a JSON object within 32 KiB canonical), or None with
+        `input_withheld` saying why it stays here."""
+        if not self.send_input:
+            self.input_withheld = "send_input=False"
+            return None
+        value = jsonable(self.input)
+        if not isinstance(value, dict):
+            self.input_withheld = "not a JSON object"
+            return None
+        size = len(canonical_json(value))
+        if size > MAX_INPUT_BYTES:
+            self.input_withheld = f"its canonical form is {size} bytes, over the {MAX_INPUT_BYTES} the gate takes"
+            logger.warning(
+                "holdpoint: not sending the input of %s on %s (%s); the reviewer sees only its fingerprint",
+                self.tool, self.operation_ref, self.input_withheld,
+            )  # fmt: skip
+            return None
+        return value
+
+    def _input_refused(self, error: ValidationFailed) -> None:
+        """The gate refused the input itself (422): ask again with the fingerprint alone, under a
+        new Idempotency-Key (the refusal is stored under the old one), so that the binding
+        still holds and the write is still gated; the reviewer sees no input."""
+        self.input_withheld = f"Holdpoint refused it ({_input_rules(error)})"
+        logger.warning(
+            "holdpoint: the attempt gate refused the input of %s on %s (%s); asking again with its fingerprint only",
+            self.tool, self.operation_ref, _input_rules(error),
+        )  # fmt: skip
+        self.attempt_idempotency_key = "att_" + uuid.uuid4().hex
+
+    def _call_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with the approved input in place of the original one.
+
+        Checked before the gate is asked: a call that would not receive the approved input is
+        never granted (running the original would write what no reviewer approved)."""
+        if not self.input_edited:
+            return args, kwargs
+
+        def is_original(value: Any) -> bool:
+            original = self.original_input
+            return value is original or (isinstance(value, Mapping) and value == original)
+
+        def is_approved(value: Any) -> bool:
+            return value is self.input
+
+        passed = [*args, *kwargs.values()]
+        if not any(is_original(value) or is_approved(value) for value in passed):
+            raise ApprovedInputNotPassed(
+                f"a reviewer approved an edited input for {self.operation_ref!r}: pass it to the call "
+                "(guard.call(fn, guard.input)); the original input would not be granted"
+            )
+        new_args = tuple(self.input if is_original(value) else value for value in args)
+        new_kwargs = {key: self.input if is_original(value) else value for key, value in kwargs.items()}
+        return new_args, new_kwargs
 
     def _failure(self, error: BaseException) -> Failure:
         failure = self.classify(error) if self.classify else None
@@ -230,6 +347,7 @@ class _GuardBase:
             failure=failure,
             envelope=envelope,
             answer=answer,
+            **self._input_fields(),
         )
         return self.outcome
 
@@ -269,22 +387,39 @@ class Guard(_GuardBase):
         """Ask the attempt gate. None when granted, the refusal Outcome when refused."""
         if self.grant is not None or self.outcome is not None:
             return self.outcome
+        sent = self._input_for_gate()
         try:
-            self.grant = self.client.request_attempt(
-                self.operation_ref,
-                tool=self.tool,
-                input_fingerprint=self.fingerprint,
-                run_id=self.run_id,
-                correlation_id=self.correlation_id,
-                idempotency_key=self.attempt_idempotency_key,
-            )
+            try:
+                self.grant = self._ask(sent)
+            except ValidationFailed as error:
+                if sent is None or not _names_input(error):
+                    raise
+                self._input_refused(error)
+                sent = None
+                self.grant = self._ask(None)
         except AttemptRefused as refusal:
             return self._refused(refusal)
         return None
 
+    def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:
+        self.input_sent = sent is not None
+        return self.client.request_attempt(
+            self.operation_ref,
+            tool=self.tool,
+            input_fingerprint=self.fingerprint,
+            input=sent,
+            run_id=self.run_id,
+            correlation_id=self.correlation_id,
+            idempotency_key=self.attempt_idempotency_key,
+        )
+
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Outcome:
-        """Ask the gate, run `fn(*args, **kwargs)` if granted, report, return the Outcome."""
+        """Ask the gate, run `fn(*args, **kwargs)` if granted, report, return the Outcome.
+
+        After an approval with an edited input, an argument that is the guard's original input
+        is replaced by the approved one (ApprovedInputNotPassed, before the gate, when none is)."""
         self._check_unused()
+        args, kwargs = self._call_arguments(args, kwargs)
         refused = self.begin()
         if refused is not None:
             return refused
@@ -348,21 +483,35 @@ class AsyncGuard(_GuardBase):
     async def begin(self) -> Outcome | None:
         if self.grant is not None or self.outcome is not None:
             return self.outcome
+        sent = self._input_for_gate()
         try:
-            self.grant = await self.client.request_attempt(
-                self.operation_ref,
-                tool=self.tool,
-                input_fingerprint=self.fingerprint,
-                run_id=self.run_id,
-                correlation_id=self.correlation_id,
-                idempotency_key=self.attempt_idempotency_key,
-            )
+            try:
+                self.grant = await self._ask(sent)
+            except ValidationFailed as error:
+                if sent is None or not _names_input(error):
+                    raise
+                self._input_refused(error)
+                sent = None
+                self.grant = await self._ask(None)
         except AttemptRefused as refusal:
             return self._refused(refusal)
         return None
 
+    async def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:
+        self.input_sent = sent is not None
+        return await self.client.request_attempt(
+            self.operation_ref,
+            tool=self.tool,
+            input_fingerprint=self.fingerprint,
+            input=sent,
+            run_id=self.run_id,
+            correlation_id=self.correlation_id,
+            idempotency_key=self.attempt_idempotency_key,
+        )
+
     async def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Outcome:
         self._check_unused()
+        args, kwargs = self._call_arguments(args, kwargs)
         refused = await self.begin()
         if refused is not None:
             return refused

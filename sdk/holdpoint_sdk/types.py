@@ -1,4 +1,4 @@
-"""The wire shapes of the Holdpoint API (contract v1, section 4), as TypedDicts.
+"""The wire shapes of the Holdpoint API (contract v1.1, sections 4 and 10), as TypedDicts.
 
 Holdpoint may add fields within v1; it never renames these. Times are RFC 3339 strings."""
 
@@ -27,6 +27,10 @@ class Directive(TypedDict):
     may_write: bool
     not_before: str | None
     reason: str
+    # v1.1: after an approval with an edited input, until an attempt uses it: the agent runs
+    # exactly this input.
+    input: NotRequired[dict[str, Any]]
+    input_fingerprint: NotRequired[str]
 
 
 class EnvelopeSummary(TypedDict):
@@ -47,6 +51,18 @@ class DecisionRecord(TypedDict):
     reviewer: str
     reason: str
     decided_at: str
+    input_fingerprint: NotRequired[str | None]  # v1.1: the fingerprint an approval bound
+    edited: NotRequired[bool]  # v1.1: the reviewer approved an edited input
+
+
+class Proposal(TypedDict):
+    """v1.1: the latest attempt's input as Holdpoint stored it (redacted)."""
+
+    attempt: int
+    input_fingerprint: str
+    input: dict[str, Any] | None
+    input_redacted: bool
+    proposed_at: str
 
 
 class Step(TypedDict):
@@ -64,6 +80,7 @@ class Step(TypedDict):
     directive: Directive
     last_envelope: EnvelopeSummary | None
     decisions: list[DecisionRecord]
+    proposal: NotRequired[Proposal | None]  # v1.1
     created_at: str
     updated_at: str
     url: str

@@ -39,7 +39,7 @@ def test_a_successful_call_asks_the_gate_first_and_reports_the_result(hp: Holdpo
         outcome = guard.call(create_invoice, PAYLOAD)
     assert calls == ["called"]
     [gate] = api.bodies("attempts")
-    assert gate == {"tool": "create_invoice", "input_fingerprint": input_fingerprint(PAYLOAD)}
+    assert gate == {"tool": "create_invoice", "input_fingerprint": input_fingerprint(PAYLOAD), "input": PAYLOAD}
     assert api.of("attempts")[0].headers["Idempotency-Key"] == guard.attempt_idempotency_key
     [envelope] = api.bodies("envelopes")
     assert envelope["ok"] is True and envelope["commit_state"] == "committed"
