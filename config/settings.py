@@ -284,6 +284,13 @@ HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS = env.int("HOLDPOINT_WEBHOOK_CONCURRENT_SWEE
 HOLDPOINT_WEBHOOK_RETENTION_DAYS = env.int("HOLDPOINT_WEBHOOK_RETENTION_DAYS", default=30)
 HOLDPOINT_DEAD_LETTER_RETENTION_DAYS = env.int("HOLDPOINT_DEAD_LETTER_RETENTION_DAYS", default=90)
 HOLDPOINT_QUARANTINE_RETENTION_DAYS = env.int("HOLDPOINT_QUARANTINE_RETENTION_DAYS", default=30)
+# The notifications history (finished messages with their tries and notices, watches that owe
+# nothing) is purged hourly after HOLDPOINT_NOTIFICATION_RETENTION_DAYS (read at each purge).
+CELERY_BEAT_SCHEDULE["purge-notification-history"] = {
+    "task": "notifications.tasks.purge_notification_history",
+    "schedule": 3600.0,
+}
+HOLDPOINT_NOTIFICATION_RETENTION_DAYS = env.int("HOLDPOINT_NOTIFICATION_RETENTION_DAYS", default=30)
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)

@@ -115,6 +115,8 @@ class Watch(models.Model):
         indexes = [
             # The watch sweep: watches whose next reminder, warning or escalation is due.
             models.Index(fields=["due_at"], name="watch_due_idx", condition=Q(due_at__isnull=False)),
+            # retention.finished_watches_purge: watches that owe nothing, oldest first.
+            models.Index(fields=["announced_at"], name="watch_finished_idx", condition=Q(due_at__isnull=True)),
         ]
 
 
@@ -153,6 +155,12 @@ class Message(models.Model):
             models.Index(fields=["next_try_at"], name="ntf_message_due_idx", condition=Q(status="pending")),
             # A channel's recent messages on /notifications/.
             models.Index(fields=["channel", "-created_at"], name="ntf_message_channel_idx"),
+            # retention.messages_purge: finished messages written before the cutoff, oldest first.
+            models.Index(
+                fields=["created_at"],
+                name="ntf_message_finished_idx",
+                condition=Q(status__in=["sent", "dead", "dropped"]),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -207,6 +215,10 @@ class Notice(models.Model):
             models.Index(fields=["channel", "created_at"], name="notice_pending_idx", condition=Q(status="pending")),
             # The step page's "notified <channel>" entries.
             models.Index(fields=["step"], name="notice_step_idx", condition=Q(step__isnull=False)),
+            # retention.dropped_notices_purge: notices dropped before any message, oldest first.
+            models.Index(
+                fields=["created_at"], name="notice_dropped_idx", condition=Q(status="dropped", message__isnull=True)
+            ),
         ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from . import sending, services
+from . import retention, sending, services
 
 
 @shared_task
@@ -16,3 +16,10 @@ def notify() -> int:
     services.watches_sweep()
     services.channels_flush()
     return sending.deliver_due_messages()
+
+
+@shared_task
+def purge_notification_history() -> int:
+    """Beat, hourly: forget finished messages, dropped notices and spent watches past their
+    retention (notifications.retention)."""
+    return retention.history_purge()

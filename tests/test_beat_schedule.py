@@ -19,6 +19,7 @@ def test_every_periodic_task_is_scheduled_and_registered() -> None:
         "envelopes.tasks.purge_quarantine",  # retention (issue 10, point 8)
         "webhooks.tasks.purge_webhook_history",
         "notifications.tasks.notify",  # notifying reviewers (§9): reminders, escalations, batched sends
+        "notifications.tasks.purge_notification_history",  # its retention
     }
     assert set(scheduled) <= set(app.tasks)
     assert scheduled["metrics.tasks.rollup_metrics"] == 60.0
