@@ -5,10 +5,10 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import RegexValidator
 
+from dashboard.once import OnceForm
 from envelopes.models import TOOL_NAME_RE
 
 from .models import Decision
-from .once import OnceForm
 from .queries import AGE_RE, QueueFilters, parse_age
 from .services import REASON_REQUIRED
 

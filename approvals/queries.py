@@ -12,6 +12,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count, F, Q, QuerySet
 from django.utils.functional import cached_property
 
+from dashboard.shell import teams_of
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
 from envelopes.models import Attempt, AuditEvent, Envelope, Quarantine, Step, Team, Tool
 
@@ -91,28 +92,8 @@ STEP_QUEUES = (
 # --- who sees what -----------------------------------------------------------------------------
 
 
-def memberships_of(user: User | AnonymousUser) -> list[Membership]:
-    if not user.is_authenticated:
-        return []
-    return list(Membership.objects.filter(user=user).select_related("team").order_by("team__slug"))
-
-
-def teams_of(user: User | AnonymousUser, *, slug: str = "") -> QuerySet[Team]:
-    """The user's teams (one of them when `slug` names one of them)."""
-    if not user.is_authenticated:
-        return Team.objects.none()
-    teams = Team.objects.filter(memberships__user=user)
-    if slug:
-        teams = teams.filter(slug=slug)
-    return teams
-
-
 def visible_steps(user: User | AnonymousUser) -> QuerySet[Step]:
     return Step.objects.filter(team__in=teams_of(user)).select_related("team", "tool", "last_envelope")
-
-
-def membership_in(memberships: list[Membership], team_id: int) -> Membership | None:
-    return next((m for m in memberships if m.team_id == team_id), None)
 
 
 # --- filters -----------------------------------------------------------------------------------

@@ -8,32 +8,37 @@ partials alike. Writes go through approvals.services only.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
-from django_htmx.middleware import HtmxDetails
 
+from dashboard.once import once_claim, once_token
+from dashboard.shell import (
+    HtmxHttpRequest,
+    dashboard_login_required,
+    htmx_targets,
+    membership_in,
+    memberships_of,
+    page_render,
+    teams_of,
+)
 from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.services import StepNotFound
 
 from . import queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .models import Membership
-from .once import once_claim, once_token
 from .services import (
     DecisionRefused,
     api_key_create_by_admin,
@@ -44,10 +49,6 @@ from .services import (
 )
 
 QUEUES_CHANGED = "queues-changed"  # htmx event: the nav counts refresh at once
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @dataclass(frozen=True)
@@ -63,40 +64,6 @@ class Feedback:
         """The text under an "Already decided." heading, without repeating it."""
         rest = self.text.removeprefix("Already decided: ")
         return rest[:1].upper() + rest[1:]
-
-
-def dashboard_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """login_required that sends an htmx request's whole page to the login form, not a fragment."""
-
-    @wraps(view)
-    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
-        if request.htmx:
-            current = request.htmx.current_url_abs_path or request.get_full_path()
-            return HttpResponseClientRedirect(redirect_to_login(current).url)
-        return redirect_to_login(request.get_full_path())
-
-    return wrapper
-
-
-def _render(
-    request: HtmxHttpRequest,
-    template: str,
-    context: dict[str, Any],
-    *,
-    partial: str | None = None,
-    status: int = 200,
-) -> HttpResponse:
-    name = f"{template}#{partial}" if partial else template
-    response = render(request, name, context, status=status)
-    # The same URL answers a page or a fragment: caches must tell them apart.
-    patch_vary_headers(response, ("HX-Request", "HX-Target"))
-    return response
-
-
-def _targets(request: HtmxHttpRequest, target: str) -> bool:
-    return bool(request.htmx) and request.htmx.target == target
 
 
 def _safe_next(request: HttpRequest, fallback: str) -> str:
@@ -120,10 +87,10 @@ def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
 @require_GET
 @dashboard_login_required
 def queues(request: HtmxHttpRequest) -> HttpResponse:
-    memberships = queries.memberships_of(request.user)
+    memberships = memberships_of(request.user)
     filter_form = QueueFilterForm(request.GET)
     filters = filter_form.filters()
-    teams = queries.teams_of(request.user, slug=filters.team)
+    teams = teams_of(request.user, slug=filters.team)
     now = timezone.now()
     quarantine = queries.quarantined(teams, filters, now)
     context = {
@@ -140,15 +107,15 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
         "age_choices": AGE_CHOICES,
         "now": now,
     }
-    partial = "queues" if _targets(request, "queues") else None
-    return _render(request, "approvals/queues.html", context, partial=partial)
+    partial = "queues" if htmx_targets(request, "queues") else None
+    return page_render(request, "approvals/queues.html", context, partial=partial)
 
 
 @require_GET
 @dashboard_login_required
 def queue_counts(request: HtmxHttpRequest) -> HttpResponse:
-    counts = queries.queue_counts(queries.teams_of(request.user), timezone.now())
-    return _render(request, "approvals/_nav_counts.html", {"counts": counts})
+    counts = queries.queue_counts(teams_of(request.user), timezone.now())
+    return page_render(request, "approvals/_nav_counts.html", {"counts": counts})
 
 
 # --- search ------------------------------------------------------------------------------------
@@ -158,10 +125,10 @@ def queue_counts(request: HtmxHttpRequest) -> HttpResponse:
 @dashboard_login_required
 def search(request: HtmxHttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:200]
-    memberships = queries.memberships_of(request.user)
+    memberships = memberships_of(request.user)
     result = None
     if query:
-        result = queries.search_steps(queries.teams_of(request.user), query)
+        result = queries.search_steps(teams_of(request.user), query)
         if result.single is not None:
             return redirect("approvals:step", pk=result.single.pk)
     context = {
@@ -170,7 +137,7 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
         "multi_team": len(memberships) > 1,
         "now": timezone.now(),
     }
-    return _render(request, "approvals/search.html", context)
+    return page_render(request, "approvals/search.html", context)
 
 
 # --- the step page and decisions ---------------------------------------------------------------
@@ -178,7 +145,7 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
 
 def _visible_step(request: HttpRequest, pk: int) -> tuple[Step, Membership | None]:
     step = get_object_or_404(queries.visible_steps(request.user), pk=pk)
-    membership = queries.membership_in(queries.memberships_of(request.user), step.team_id)
+    membership = membership_in(memberships_of(request.user), step.team_id)
     if membership is None:  # visible_steps already requires it; never show without one
         raise Http404
     return step, membership
@@ -198,7 +165,7 @@ def _step_context(
     return {
         "step": step,
         "membership": membership,
-        "multi_team": len(queries.memberships_of(request.user)) > 1,
+        "multi_team": len(memberships_of(request.user)) > 1,
         "envelope": envelope,
         "envelope_suspicious": bool(envelope and "suspicious_text" in (envelope.flags or [])),
         "panel": queries.decision_panel(step, membership, request.user),  # type: ignore[arg-type]
@@ -222,7 +189,7 @@ def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     older" brings the page before a cursor (`timeline-older` with htmx, else the whole page)."""
     step, membership = _visible_step(request, pk)
     before = timeline.Cursor.parse(request.GET.get("before", ""))
-    if _targets(request, "step-live"):
+    if htmx_targets(request, "step-live"):
         if request.GET.get("v") == timeline.timeline_version(step):
             return _no_change()
         since = timeline.Cursor.parse(request.GET.get("since", ""))
@@ -231,15 +198,15 @@ def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         seen = request.GET.get("seen", "")
         context["moved_since"] = bool(seen) and seen != step.state
         context["seen_state"] = seen
-        return _render(request, "approvals/step.html", context, partial="step-live")
-    if _targets(request, "timeline-older"):
+        return page_render(request, "approvals/step.html", context, partial="step-live")
+    if htmx_targets(request, "timeline-older"):
         if before is None:
             return HttpResponseBadRequest("No such place in the timeline; reload the page.")
         page = timeline.step_timeline(step, before=before)
         context = {"step": step, "page": page, "live": True, "now": timezone.now()}
-        return _render(request, "approvals/_timeline.html", context, partial="timeline-older")
+        return page_render(request, "approvals/_timeline.html", context, partial="timeline-older")
     context = _step_context(request, step, membership, page=timeline.step_timeline(step, before=before))
-    return _render(request, "approvals/step.html", context)
+    return page_render(request, "approvals/step.html", context)
 
 
 def _no_change() -> HttpResponse:
@@ -269,8 +236,8 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         context = _step_context(request, step, membership, form=form)
         if request.htmx:
-            return _render(request, "approvals/step.html", context, partial="step-detail")
-        return _render(request, "approvals/step.html", context, status=422)
+            return page_render(request, "approvals/step.html", context, partial="step-detail")
+        return page_render(request, "approvals/step.html", context, status=422)
 
     action = form.cleaned_data["action"]
     try:
@@ -303,7 +270,7 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         step, membership = _visible_step(request, pk)
         context = _step_context(request, step, membership, feedback=feedback)
-        response = _render(request, "approvals/step.html", context, partial="step-detail")
+        response = page_render(request, "approvals/step.html", context, partial="step-detail")
         return trigger_client_event(response, QUEUES_CHANGED)
     level = {"success": messages.SUCCESS, "info": messages.INFO, "error": messages.ERROR}
     messages.add_message(request, level[feedback.level], feedback.text)
@@ -314,7 +281,7 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]:
-    teams = queries.teams_of(request.user, slug=team_slug)
+    teams = teams_of(request.user, slug=team_slug)
     tools = list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
     if not tools:
         raise Http404
@@ -322,7 +289,7 @@ def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]
 
 
 def _tool_membership(request: HttpRequest, tool: Tool) -> Membership:
-    membership = queries.membership_in(queries.memberships_of(request.user), tool.team_id)
+    membership = membership_in(memberships_of(request.user), tool.team_id)
     if membership is None:
         raise Http404
     return membership
@@ -334,7 +301,7 @@ def tool_incident(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     tools = _member_tools(request, tool, request.GET.get("team", ""))
     if len(tools) > 1:
         # The same tool name in several of the user's teams: let them pick one.
-        return _render(request, "approvals/tool_choose.html", {"tools": tools, "name": tool})
+        return page_render(request, "approvals/tool_choose.html", {"tools": tools, "name": tool})
     found = tools[0]
     membership = _tool_membership(request, found)
     held = queries.tool_held_steps(found)
@@ -347,7 +314,7 @@ def tool_incident(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "history": queries.tool_circuit_history(found),
         "now": timezone.now(),
     }
-    return _render(request, "approvals/tool_incident.html", context)
+    return page_render(request, "approvals/tool_incident.html", context)
 
 
 def _tool_for_post(request: HttpRequest, tool: str) -> tuple[Tool, Membership]:
@@ -432,10 +399,10 @@ def _steps(count: int) -> str:
 @require_GET
 @dashboard_login_required
 def quarantine_list(request: HtmxHttpRequest) -> HttpResponse:
-    memberships = queries.memberships_of(request.user)
+    memberships = memberships_of(request.user)
     filter_form = QueueFilterForm(request.GET)
     filters = filter_form.filters()
-    teams = queries.teams_of(request.user, slug=filters.team)
+    teams = teams_of(request.user, slug=filters.team)
     now = timezone.now()
     page = queries.CappedPaginator(queries.quarantined(teams, filters, now), 50).get_page(request.GET.get("page"))
     context = {
@@ -448,7 +415,7 @@ def quarantine_list(request: HtmxHttpRequest) -> HttpResponse:
         "age_choices": AGE_CHOICES,
         "now": now,
     }
-    return _render(request, "approvals/quarantine_list.html", context)
+    return page_render(request, "approvals/quarantine_list.html", context)
 
 
 def _readable_body(body: str) -> str:
@@ -463,17 +430,17 @@ def _readable_body(body: str) -> str:
 @dashboard_login_required
 def quarantine_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     item = get_object_or_404(
-        Quarantine.objects.filter(team__in=queries.teams_of(request.user)).select_related("team", "step"),
+        Quarantine.objects.filter(team__in=teams_of(request.user)).select_related("team", "step"),
         pk=pk,
     )
-    memberships = queries.memberships_of(request.user)
+    memberships = memberships_of(request.user)
     context = {
         "item": item,
         "body": _readable_body(item.body),
         "multi_team": len(memberships) > 1,
         "now": timezone.now(),
     }
-    return _render(request, "approvals/quarantine_detail.html", context)
+    return page_render(request, "approvals/quarantine_detail.html", context)
 
 
 # --- a team's API keys ----------------------------------------------------------------------------
@@ -486,7 +453,7 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
     and revoke them. A new key is shown once, in the answer to the POST that made it (never in
     a URL, a flash message or the session), and that answer is not cached; posting the same
     form again (a reload) creates nothing (approvals/once.py)."""
-    memberships = queries.memberships_of(request.user)
+    memberships = memberships_of(request.user)
     form, created, repeated, status = ApiKeyCreateForm(), None, False, 200
     if request.method == "POST":
         form = ApiKeyCreateForm(request.POST)
@@ -515,7 +482,7 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
         "admin_team_ids": {m.team_id for m in memberships if m.can_administer},
         "multi_team": len(memberships) > 1,
     }
-    response = _render(request, "approvals/api_keys.html", context, status=status)
+    response = page_render(request, "approvals/api_keys.html", context, status=status)
     response["Cache-Control"] = "no-store"
     return response
 
@@ -523,7 +490,7 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @dashboard_login_required
 def api_key_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    key = get_object_or_404(ApiKey.objects.select_related("team"), pk=pk, team__in=queries.teams_of(request.user))
+    key = get_object_or_404(ApiKey.objects.select_related("team"), pk=pk, team__in=teams_of(request.user))
     try:
         revoked = api_key_revoke_by_admin(team=key.team, key_id=key.pk, actor=request.user)  # type: ignore[arg-type]
     except PermissionError as refused:

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from approvals.once import once_claim, once_token
+from dashboard.once import once_claim, once_token
 
 from . import ssrf
 from .models import DeliveryTry, OutboxMessage, WebhookEndpoint

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from approvals.once import OnceForm
+from dashboard.once import OnceForm
 
 
 class EndpointCreateForm(OnceForm):

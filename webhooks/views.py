@@ -14,8 +14,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.once import once_claim, once_token
-from approvals.queries import teams_of
+from dashboard.once import once_claim, once_token
+from dashboard.shell import teams_of
 from envelopes.models import Team
 
 from . import ssrf

@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
 from approvals import queries
+from dashboard.shell import teams_of
 
 register = template.Library()
 
@@ -127,7 +128,7 @@ def nav_counts(context: template.Context) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"counts": None}
-    counts = queries.queue_counts(queries.teams_of(user), timezone.now())
+    counts = queries.queue_counts(teams_of(user), timezone.now())
     return {"counts": counts, "request": request}
 
 

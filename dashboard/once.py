@@ -1,4 +1,4 @@
-"""One-time form tokens, for the forms whose answer shows a secret once.
+"""One-time form tokens, for the forms whose answer shows a secret once (every page app uses them).
 
 Creating an API key or a webhook endpoint, or rotating a signing secret, answers the POST itself
 (no redirect), so that the secret never sits in a URL, the session or a flash message. Reloading
