@@ -284,8 +284,13 @@ HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS = env.int("HOLDPOINT_WEBHOOK_CONCURRENT_SWEE
 HOLDPOINT_WEBHOOK_RETENTION_DAYS = env.int("HOLDPOINT_WEBHOOK_RETENTION_DAYS", default=30)
 HOLDPOINT_DEAD_LETTER_RETENTION_DAYS = env.int("HOLDPOINT_DEAD_LETTER_RETENTION_DAYS", default=90)
 HOLDPOINT_QUARANTINE_RETENTION_DAYS = env.int("HOLDPOINT_QUARANTINE_RETENTION_DAYS", default=30)
-# The notifications history (finished messages with their tries and notices, watches that owe
-# nothing) is purged hourly after HOLDPOINT_NOTIFICATION_RETENTION_DAYS (read at each purge).
+# Notifications (§9) send on their own queue, like webhook delivery: a worker started without -Q
+# consumes it too; `-Q webhooks,notifications` runs every send apart from the timers. Their
+# history (finished messages with their tries and notices, watches that owe nothing) is purged
+# hourly after HOLDPOINT_NOTIFICATION_RETENTION_DAYS (read at each purge).
+CELERY_TASK_QUEUES["notifications"] = {}
+CELERY_TASK_ROUTES["notifications.tasks.notify"] = {"queue": "notifications"}
+CELERY_TASK_ROUTES["notifications.tasks.slack_response_send"] = {"queue": "notifications"}
 CELERY_BEAT_SCHEDULE["purge-notification-history"] = {
     "task": "notifications.tasks.purge_notification_history",
     "schedule": 3600.0,

@@ -5,27 +5,30 @@ sent with no transaction open, and its try recorded: success -> sent; a 410 -> t
 disabled (its target is gone); anything else -> retried on the §5 schedule
 (`webhooks.delivery.retry_delay`), then dead. Each message is its own: a receiver that is down
 delays only its own channel's messages. A message whose steps were all decided before it went
-out is dropped, not sent. Email goes through Django's email backend (EMAIL_URL), Slack through
-slack_sdk's WebhookClient, webhook channels through webhooks.delivery's signed, SSRF-pinned try.
+out is dropped, not sent. Email goes through Django's email backend (EMAIL_URL); Slack (its Block
+Kit built with slack_sdk's models) is POSTed like a webhook try, to an address vetted by
+webhooks.ssrf, within the same hard wall-clock deadline (webhooks.deadline: slack_sdk's
+WebhookClient, on urllib, bounds each read but not the try); webhook channels go through
+webhooks.delivery's signed, SSRF-pinned try.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import httpx
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from slack_sdk.webhook import WebhookClient
 
 from webhooks import delivery, ssrf
+from webhooks.deadline import deadline_passed, try_deadline
 
 from .models import Channel, Message, SendTry
 from .services import channel_disable, notice_is_live
@@ -36,6 +39,8 @@ LEASE = timedelta(minutes=5)
 CLAIM_BATCH = 10
 SEND_TIMEOUT = 10.0
 SWEEP_BUDGET_SECONDS = 10.0
+ANSWER_BYTES = 200
+USER_AGENT = "Holdpoint-Notifications/1"
 
 
 @dataclass(frozen=True)
@@ -168,21 +173,65 @@ def _send_email(claimed: Claimed, *, timeout: float) -> Result:
     return Result(tried_at=tried_at, ok=True)
 
 
-def _send_slack(claimed: Claimed, *, timeout: float) -> Result:
-    tried_at = timezone.now()
+@dataclass(frozen=True)
+class Posted:
+    """A JSON POST's answer: its status and the start of its body, or why there is none."""
+
+    status_code: int | None
+    body: str = ""
+    error: str = ""
+
+
+def json_post(url: str, body: bytes, *, timeout: float, user_agent: str = USER_AGENT) -> Posted:
+    """POST JSON to `url` at an address vetted by webhooks.ssrf (DNS re-resolved, every address
+    public unless HOLDPOINT_WEBHOOK_ALLOW_PRIVATE), without redirects or proxies, all within a
+    hard wall-clock deadline of `timeout` seconds (webhooks.deadline: a receiver that trickles
+    its answer a byte at a time is cut off there). At most ANSWER_BYTES of the answer are read.
+    Never raises for the receiver's faults. The error may hold the URL: callers hide it."""
     try:
-        ssrf.url_check(claimed.target)
+        target = ssrf.url_check(url)
     except ssrf.UnsafeTarget as refusal:
-        return Result(tried_at=tried_at, ok=False, error=f"refused: {refusal}"[:300])
-    client = WebhookClient(url=claimed.target, timeout=int(timeout))
-    client.proxy = None  # no proxy from the environment routes around the address check
-    try:
-        response = client.send_dict(json.loads(claimed.body))
-    except Exception as error:  # urllib's faults are the result
-        return Result(tried_at=tried_at, ok=False, error=_hide(f"{type(error).__name__}: {error}", claimed))
-    ok = response.status_code == 200
-    problem = "" if ok else _hide(f"HTTP {response.status_code}: {str(response.body)[:100]}", claimed)
-    return Result(tried_at=tried_at, ok=ok, status_code=response.status_code, error=problem)
+        return Posted(None, error=f"refused: {refusal}")
+    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": user_agent, "Host": target.authority}
+    last_error: BaseException | None = None
+    with delivery.sending_client(timeout) as client, try_deadline(timeout):
+        try:
+            for address in target.addresses[: delivery.MAX_ADDRESSES_TRIED]:
+                request = client.build_request(
+                    "POST", target.pinned_url(address), content=body, headers=headers, extensions=target.extensions
+                )
+                try:
+                    response = client.send(request, stream=True)
+                except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+                    last_error = error  # never sent: the next address may answer
+                    continue
+                try:
+                    answer = b""
+                    for chunk in response.iter_raw():
+                        answer += chunk
+                        if len(answer) >= ANSWER_BYTES:
+                            break
+                finally:
+                    response.close()
+                return Posted(response.status_code, answer[:ANSWER_BYTES].decode("utf-8", "replace"))
+        except httpx.HTTPError as error:
+            last_error = error
+        if deadline_passed():
+            return Posted(None, error=f"timeout: no answer within {timeout:g} s ({type(last_error).__name__})")
+    if isinstance(last_error, httpx.TimeoutException):
+        return Posted(None, error=f"timeout ({type(last_error).__name__})")
+    return Posted(None, error=f"{type(last_error).__name__}: {last_error}")
+
+
+def _send_slack(claimed: Claimed, *, timeout: float) -> Result:
+    """Slack's incoming webhook: 200 "ok", or a 4xx with its reason in a word."""
+    tried_at = timezone.now()
+    posted = json_post(claimed.target, claimed.body.encode("utf-8"), timeout=timeout)
+    if posted.status_code is None:
+        return Result(tried_at=tried_at, ok=False, error=_hide(posted.error, claimed))
+    ok = posted.status_code == 200
+    problem = "" if ok else _hide(f"HTTP {posted.status_code}: {posted.body[:100]}", claimed)
+    return Result(tried_at=tried_at, ok=ok, status_code=posted.status_code, error=problem)
 
 
 def _send_webhook(claimed: Claimed, *, timeout: float) -> Result:

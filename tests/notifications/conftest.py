@@ -17,7 +17,7 @@ from aiosmtpd.controller import Controller
 
 from envelopes.models import Step
 from tests.conftest import AgentClient, error_envelope
-from tests.webhooks.conftest import Receiver
+from tests.webhooks.conftest import Receiver, trickling_receiver  # noqa: F401 (a fixture, for Slack's deadline)
 
 # Block types a Slack message may carry (https://docs.slack.dev/reference/block-kit/blocks).
 SLACK_BLOCK_TYPES = {"actions", "context", "divider", "header", "image", "input", "rich_text", "section", "file"}

@@ -6,6 +6,7 @@ webhook channel signed as §5 (checked with the standardwebhooks library). Messa
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -16,11 +17,12 @@ from standardwebhooks.webhooks import Webhook
 
 from envelopes.models import Team
 from notifications.models import Channel, Message, SendTry
-from notifications.services import channel_create
+from notifications.sending import message_send, messages_claim, try_record
+from notifications.services import channel_create, channels_flush
 from notifications.tasks import notify
 from tests.conftest import AgentClient
 from tests.notifications.conftest import Inbox, SlackReceiver, hold
-from tests.webhooks.conftest import Answer, Receiver
+from tests.webhooks.conftest import Answer, Receiver, TricklingReceiver
 
 pytestmark = pytest.mark.usefixtures("allow_private", "no_enqueue")
 
@@ -248,3 +250,24 @@ def test_the_slack_receiver_refuses_what_slack_refuses(slack: SlackReceiver) -> 
     assert httpx.post(slack.url(), json={"blocks": []}).text == "no_text"
     assert httpx.post(slack.url(), json={"text": "ok"}).status_code == 200
     assert slack.refused == ["invalid_blocks", "no_text"]
+
+
+def test_a_slack_receiver_that_trickles_its_answer_is_cut_at_the_deadline(
+    team: Team, agent: AgentClient, trickling_receiver: TricklingReceiver
+) -> None:
+    """A byte every 0.3 s never trips a read timeout; the try's wall-clock deadline ends it."""
+    channel = channel_create(
+        team=team, kind="slack", target=trickling_receiver.url("/services/T0/B0/secretpath")
+    ).channel
+    hold(agent)
+    channels_flush()
+    [claimed] = messages_claim()
+    started = time.monotonic()
+    result = message_send(claimed, timeout=1.5)
+    assert time.monotonic() - started < 10  # the receiver would go on for a minute
+    assert not result.ok and result.status_code is None
+    assert result.error.startswith("timeout: no answer within 1.5 s"), result.error
+    try_record(claimed, result)
+    channel.refresh_from_db()
+    assert channel.last_error.startswith("timeout") and "secretpath" not in channel.last_error
+    assert Message.objects.get().status == Message.Status.PENDING  # retried on the §5 schedule

@@ -46,3 +46,19 @@ def test_the_first_goes_at_once_and_the_rest_in_one_digest_at_the_windows_end(te
     slack.check()
     assert "5 × Approval requested" in json.dumps(slack.payloads()[1], ensure_ascii=False)
     assert Message.objects.filter(status=Message.Status.SENT).count() == 2
+
+
+def test_sends_run_on_their_own_queue_apart_from_the_timers(team: Team, slack: SlackReceiver) -> None:
+    """The documented split: `-Q celery --beat` fires timers and sends nothing; a worker on
+    `notifications` sends (on commit, and beat's sweep lands on its queue)."""
+    from config.celery import app
+
+    assert app.amqp.router.route({}, "notifications.tasks.notify")["queue"].name == "notifications"
+    channel_create(team=team, kind="slack", target=slack.url(), batch_window_s=0)
+    env = {"HOLDPOINT_WEBHOOK_ALLOW_PRIVATE": "true"}
+    with Worker(queues="celery", env=env):
+        hold(team, "run_1/timers_only")
+        with Worker(queues="notifications", beat=False, env=env):
+            assert wait_until(lambda: len(slack.received) == 1, timeout=30)
+    slack.check()
+    assert Message.objects.get().status == Message.Status.SENT
