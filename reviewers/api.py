@@ -1,0 +1,173 @@
+"""The reviewer API (contract §10): a team's queues, a step with its ETag, and decisions.
+
+Reviewer tokens only (reviewers.auth); every query starts from the token user's membership of
+the team in the path. Decisions go through reviewers.services.decide_with_etag, which calls
+the dashboard form's decision service.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, serializers
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals.models import Decision
+from approvals.queries import STEP_QUEUES
+from envelopes.api import StrictSerializer
+from envelopes.models import Step, Team
+from envelopes.presenters import rfc3339, step_representation
+
+from . import openapi
+from .auth import IsReviewer, ReviewerTokenAuthentication, ReviewerTokenRateThrottle
+from .errors import RoleRequired
+from .services import decide_with_etag, step_etag, step_of_team, team_membership
+
+logger = logging.getLogger(__name__)
+
+# The queues §10 serves (the dashboard's own, by the same state sets).
+QUEUE_KINDS = {queue.key: queue for queue in STEP_QUEUES if queue.key in ("approvals", "verifications", "escalations")}
+REASON_MAX = 1000
+
+
+class ReviewerApiView(APIView):
+    authentication_classes = [ReviewerTokenAuthentication]
+    permission_classes = [IsReviewer]
+    throttle_classes = [ReviewerTokenRateThrottle]
+
+    def team(self, request: Request, slug: str) -> Team:
+        return team_membership(user=request.user, team_slug=slug).team  # type: ignore[arg-type]
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise exceptions.ValidationError(
+            {"non_field_errors": [serializers.ErrorDetail("Expected a JSON object.", code="type")]}
+        )
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data  # type: ignore[return-value]
+
+
+def _with_decisions(steps: QuerySet[Step]) -> QuerySet[Step]:
+    return steps.select_related("tool", "last_envelope").prefetch_related(
+        Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
+    )
+
+
+class QueueCursor(CursorPagination):
+    page_size = 50
+    max_page_size = 200
+    page_size_query_param = "limit"
+    # Oldest held first; served by the held-queue index (team, state, state_entered_at).
+    ordering = ("state_entered_at", "id")
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response({"results": data, "next": self.get_next_link()})
+
+
+class QueueInput(StrictSerializer):
+    kind = serializers.ChoiceField(list(QUEUE_KINDS), required=False, default="approvals")
+    cursor = serializers.CharField(max_length=500, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
+
+
+class TeamQueueApi(ReviewerApiView):
+    @extend_schema(
+        operation_id="reviewer_queue",
+        summary="A team's review queue: approvals (default), verifications or escalations",
+        parameters=[openapi.TEAM_PARAMETER, QueueInput],
+        responses={200: openapi.QUEUE_PAGE, **openapi.READ_PROBLEMS},
+        tags=["reviewers"],
+    )
+    def get(self, request: Request, team: str) -> Response:
+        found = self.team(request, team)
+        filters = _valid(QueueInput, request.query_params.dict())
+        queue = QUEUE_KINDS[filters["kind"]]
+        steps = _with_decisions(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
+        paginator = QueueCursor()
+        page: list[Step] | None = paginator.paginate_queryset(steps, request, view=self)
+        return paginator.get_paginated_response([step_representation(step) for step in page or []])
+
+
+class TeamStepApi(ReviewerApiView):
+    @extend_schema(
+        operation_id="reviewer_step_read",
+        summary="A step of the team (the §4 shape) with its ETag, for deciding with If-Match",
+        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_NONE_MATCH_PARAMETER],
+        responses={200: openapi.STEP, 304: None, **openapi.READ_PROBLEMS},
+        tags=["reviewers"],
+    )
+    def get(self, request: Request, team: str, ref: str) -> Response:
+        found = self.team(request, team)
+        step = _with_decisions(Step.objects.filter(pk=step_of_team(found, ref).pk)).get()
+        etag = step_etag(step)
+        if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
+            return Response(status=304, headers={"ETag": etag})
+        return Response(step_representation(step), headers={"ETag": etag})
+
+
+class TextField(serializers.CharField):
+    """A JSON string only: DRF's CharField would take 5 or true as "5" and "True"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("A string.", code="type")
+        return super().to_internal_value(data)
+
+
+class DecisionInput(StrictSerializer):
+    action = serializers.ChoiceField(Decision.Action.values)
+    reason = TextField(max_length=REASON_MAX, required=False, allow_blank=True, default="")
+    input = serializers.DictField(required=False, allow_null=True)
+
+
+def decision_representation(decision: Decision) -> dict[str, Any]:
+    """A decision as in the step shape's `decisions` and the step.decided webhook (§4, §5)."""
+    return {
+        "action": decision.action,
+        "reviewer": decision.reviewer.get_username(),
+        "reason": decision.reason,
+        "decided_at": rfc3339(decision.decided_at),
+        "input_fingerprint": getattr(decision, "input_fingerprint", None) or None,
+        "edited": bool(getattr(decision, "edited", False)),
+    }
+
+
+class StepDecisionApi(ReviewerApiView):
+    @extend_schema(
+        operation_id="reviewer_decide",
+        summary="Decide on a held step, if it is still the version the If-Match ETag names",
+        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_MATCH_PARAMETER],
+        request=DecisionInput,
+        responses={201: openapi.DECISION_ANSWER, **openapi.DECISION_PROBLEMS},
+        examples=openapi.DECISION_EXAMPLES,
+        tags=["reviewers"],
+    )
+    def post(self, request: Request, team: str, ref: str) -> Response:
+        # Who may decide, before what the body says (decide_with_etag checks it again, in order).
+        membership = team_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
+        if not membership.can_decide:
+            raise RoleRequired(f"Your role in {team} is {membership.role}: only reviewers and admins decide.")
+        data = _valid(DecisionInput, request.data)
+        result = decide_with_etag(
+            user=request.user,  # type: ignore[arg-type]
+            team_slug=team,
+            operation_ref=ref,
+            action=data["action"],
+            etag=request.headers.get("If-Match", ""),
+            reason=data.get("reason") or "",
+            edited_input=data.get("input"),
+        )
+        step = _with_decisions(Step.objects.filter(pk=result.step.pk)).get()
+        return Response(
+            {"decision": decision_representation(result.decision), "step": step_representation(step)},
+            status=201,
+            headers={"ETag": step_etag(step)},
+        )
