@@ -1,4 +1,5 @@
-"""Holdpoint's Python SDK: the API client, typed errors, and a guard around tool calls.
+"""Holdpoint's Python SDK: the API client, typed errors, a guard around tool calls, and the
+reviewer API's client (`Reviewer`, and the `holdpoint` command built on it).
 
 from holdpoint_sdk import Holdpoint
 
@@ -31,12 +32,14 @@ from .errors import (
     NotFound,
     ReportNotDelivered,
     ServerError,
+    StepChanged,
     Throttled,
     Unauthorized,
     ValidationFailed,
     WebhookVerificationError,
 )
 from .guard import AsyncGuard, Guard, Outcome, new_operation_ref
+from .reviewer import ReviewedStep, Reviewer
 from .webhooks import sign_webhook, verify_webhook
 
 __all__ = [
@@ -55,7 +58,10 @@ __all__ = [
     "NotFound",
     "Outcome",
     "ReportNotDelivered",
+    "ReviewedStep",
+    "Reviewer",
     "ServerError",
+    "StepChanged",
     "Throttled",
     "ToolError",
     "Unauthorized",

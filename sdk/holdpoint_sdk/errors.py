@@ -93,6 +93,11 @@ class AttemptRefused(Conflict):
         self.directive: Directive = directive  # type: ignore[assignment]
 
 
+class StepChanged(HoldpointError):
+    """412 `step_changed` (reviewer API, contract §10): the step moved since the ETag the
+    decision named; read it again and decide on what it is now."""
+
+
 class Throttled(HoldpointError):
     """429: this key sent too many requests; `retry_after` says for how long to wait."""
 
@@ -158,6 +163,7 @@ _BY_STATUS: dict[int, type[HoldpointError]] = {
     403: Unauthorized,
     404: NotFound,
     409: Conflict,
+    412: StepChanged,
     413: ValidationFailed,
     422: ValidationFailed,
     429: Throttled,

@@ -111,6 +111,17 @@ class StepPage(TypedDict):
     next: str | None
 
 
+DecisionAction = Literal["approve", "reject", "mark_committed", "permit_retry", "cancel"]
+QueueKind = Literal["approvals", "verifications", "escalations"]
+
+
+class DecisionAnswer(TypedDict):
+    """The reviewer API's answer to a decision (contract §10)."""
+
+    decision: DecisionRecord
+    step: Step
+
+
 class ErrorCodeEntry(TypedDict):
     code: str
     scope: Literal["tool", "team"]

@@ -1,0 +1,119 @@
+"""The reviewer API (contract v1.1, §10): a team's queues, a step with its ETag, and decisions.
+
+    from holdpoint_sdk import Reviewer
+
+    with Reviewer("https://holdpoint.example", token="hpr_...") as reviewer:
+        seen = reviewer.step("payments", "run_81/step_4")
+        reviewer.decide("payments", "run_81/step_4", action="approve", etag=seen.etag,
+                        reason="checked with the customer")
+
+A reviewer token (`hpr_...`, made at /account/tokens/) acts as its user, with the user's
+memberships and roles. A decision names the ETag of the step version the reviewer looked at
+(`If-Match`): if the step changed since, Holdpoint answers 412 (`StepChanged`) and decides
+nothing. The `holdpoint` command (holdpoint_sdk.reviewer_cli) is built on this class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from .client import Holdpoint, _Call, _drop_none
+from .types import DecisionAction, DecisionAnswer, QueueKind, Step, StepPage
+
+
+def team_path(team: str) -> str:
+    return "/api/v1/teams/" + quote(team, safe="")
+
+
+def team_step_path(team: str, operation_ref: str) -> str:
+    """The reviewer API's path of a step; the operation_ref is URL-encoded (`run_81%2Fstep_4`)."""
+    return team_path(team) + "/steps/" + quote(operation_ref, safe="")
+
+
+@dataclass(frozen=True)
+class ReviewedStep:
+    """A step as the reviewer read it, with the ETag a decision on that version names."""
+
+    step: Step
+    etag: str
+
+
+class Reviewer:
+    """A client for the reviewer API. Reads are retried on 502/503/504 and connection errors;
+    a decision is never sent twice (a lost answer: read the step again)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not token:
+            raise ValueError("a reviewer token (hpr_...) is required")
+        # The agent client's transport (retries, problem+json to typed errors), with this token.
+        self._client = Holdpoint(base_url, token, timeout=timeout, max_retries=max_retries, transport=transport)
+        self.base_url = self._client.base_url
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Reviewer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def queue_page(
+        self, team: str, *, kind: QueueKind = "approvals", limit: int | None = None, cursor: str | None = None
+    ) -> StepPage:
+        """One page of a team's queue, oldest held first."""
+        params = _drop_none({"kind": kind, "limit": limit, "cursor": cursor})
+        return cast(StepPage, self._client._fetch(_Call("GET", team_path(team) + "/queue", params=params)))
+
+    def queue(self, team: str, *, kind: QueueKind = "approvals", page_size: int | None = None) -> Iterator[Step]:
+        """Every step of a team's queue, following the cursor from page to page."""
+        params: dict[str, Any] | None = _drop_none({"kind": kind, "limit": page_size})
+        while params is not None:
+            call = _Call("GET", team_path(team) + "/queue", params=params)
+            page = cast(StepPage, self._client._fetch(call))
+            yield from page["results"]
+            params = self._client._next_params(page["next"])
+
+    def step(self, team: str, operation_ref: str) -> ReviewedStep:
+        """A step of the team (the §4 shape) and its ETag."""
+        response = self._client._send(_Call("GET", team_step_path(team, operation_ref), expect=(200,)))
+        return ReviewedStep(step=cast(Step, response.json()), etag=response.headers.get("ETag", ""))
+
+    def decide(
+        self,
+        team: str,
+        operation_ref: str,
+        *,
+        action: DecisionAction,
+        etag: str,
+        reason: str | None = None,
+        input: Mapping[str, Any] | None = None,
+    ) -> DecisionAnswer:
+        """Decide on the step version `etag` names. `input`: an edited input, for `approve`.
+
+        Raises StepChanged (412) when the step moved since, Unauthorized (401/403), NotFound,
+        Conflict (409 `decision_not_allowed`), ValidationFailed (422, e.g. a missing reason)."""
+        body = _drop_none({"action": action, "reason": reason, "input": input})
+        call = _Call(
+            "POST",
+            team_step_path(team, operation_ref) + "/decisions",
+            body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+            headers={"Content-Type": "application/json", "If-Match": etag},
+            idempotent=False,  # a decision sent twice would be refused 412 at best: never resend
+            expect=(201,),
+        )
+        return cast(DecisionAnswer, self._client._fetch(call))
