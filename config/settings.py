@@ -58,17 +58,19 @@ INSTALLED_APPS = [
     "reviewers",
 ]
 
+# config.api_lane's classes are Django's and the libraries' own, skipped for the agent API
+# (/api/v1/), which authenticates by key and renders JSON: see that module.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "config.api_lane.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.api_lane.CsrfViewMiddleware",
+    "config.api_lane.AuthenticationMiddleware",
+    "config.api_lane.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "config.api_lane.CSPMiddleware",
+    "config.api_lane.HtmxMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lock-out page.
     "axes.middleware.AxesMiddleware",
 ]
