@@ -62,6 +62,44 @@ ENVELOPE: dict[str, Any] = {
 }
 
 
+# An approval request (bench/notifications_cost.py's): a new step held for a reviewer, the case
+# where notification channels write a notice each (targets named held*).
+HELD_ENVELOPE: dict[str, Any] = {
+    "ok": False,
+    "tool": "charge_card",
+    "operation_ref": REF_MARK.decode(),
+    "code": "AMOUNT_OVER_LIMIT",
+    "category": "authorization",
+    "commit_state": "not_committed",
+    "retry": {"directive": "never", "max_attempts_remaining": 0},
+    "next_action": "request_approval",
+    "safe_details": {"limit": "1000"},
+}
+
+# The attempt gate's body (targets named attempt*): a new step's first attempt, granted.
+ATTEMPT: dict[str, Any] = {"tool": "send_email", "input_fingerprint": "0" * 64}
+
+# About 1 KiB of tool input (targets named attempt-input*): what an agent sends with each attempt
+# since contract v1.1, so that a reviewer sees what the approval binds.
+ATTEMPT_INPUT: dict[str, Any] = {
+    "to": "customer@example.com",
+    "cc": ["billing@example.com", "support@example.com"],
+    "subject": "Your invoice INV-2026-00481 is ready",
+    "body": ("Hello, your invoice for the period is attached. " * 14).strip(),
+    "attachments": [{"name": "INV-2026-00481.pdf", "size": 48213, "sha256": "ab" * 32}],
+    "options": {"track_opens": False, "priority": "normal", "locale": "en-GB", "retries": 2},
+}
+
+
+def jcs_sha256(value: Any) -> str:
+    """The contract's input_fingerprint: SHA-256 of the RFC 8785 form (rfc8785, as the server)."""
+    import hashlib
+
+    import rfc8785
+
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
 # --- targets and bodies ------------------------------------------------------------------------
 
 
@@ -89,27 +127,64 @@ def parse_target(text: str) -> Target:
     return Target(name=name, url=url, pid=int(pid) if pid else None)
 
 
+def kind_of(name: str) -> str:
+    """What a target is sent, by its name: attempt-input*, attempt*, held*, or an envelope."""
+    for kind in ("attempt-input", "attempt", "held"):
+        if name.startswith(kind):
+            return kind
+    return "envelope"
+
+
+def parse_key(text: str) -> tuple[str, str]:
+    name, sep, key = text.partition("=")
+    if not sep or not name or not key:
+        raise argparse.ArgumentTypeError("NAME=KEY")
+    return name, key
+
+
 class Bodies:
-    """Request bytes with a fresh operation_ref each time, without re-encoding the JSON."""
+    """Request bytes with a fresh operation_ref each time, without re-encoding the JSON.
+
+    Envelopes carry the ref in the body; the attempt gate takes it in the path
+    (`/api/v1/steps/<ref>/attempts`: the target's URL names `{ref}` there)."""
 
     def __init__(self, target: Target, api_key: str, run_tag: str) -> None:
-        template = json.dumps(ENVELOPE, separators=(",", ":")).encode()
-        self.before, _, self.after = template.partition(REF_MARK)
+        self.kind = kind_of(target.name)
         self.prefix = f"bench/{run_tag}/{target.name}/".encode()
+        if self.kind.startswith("attempt"):
+            body = dict(ATTEMPT)
+            if self.kind == "attempt-input":
+                body |= {"input": ATTEMPT_INPUT, "input_fingerprint": jcs_sha256(ATTEMPT_INPUT)}
+            self.fixed = json.dumps(body, separators=(",", ":")).encode()
+            self.prefix = self.prefix.replace(b"/", b"%2F")
+            if "{ref}" not in target.path:
+                raise SystemExit(f"load.py: {target.name}: an attempt target's URL names {{ref}} in its path")
+            self.path_before, _, self.path_after = target.path.encode().partition(b"{ref}")
+        else:
+            template = json.dumps(HELD_ENVELOPE if self.kind == "held" else ENVELOPE, separators=(",", ":"))
+            self.before, _, self.after = template.encode().partition(REF_MARK)
         self.headers = {
             "Content-Type": "application/json",
             "Authorization": f"Bearer {api_key}",
         }
-        self.head = (
-            f"POST {target.path} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n"
+        self.tail = (
+            f" HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n"
             + "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
             + "Content-Length: "
         ).encode()
+        self.head = f"POST {target.path}".encode() + self.tail
+
+    def ref(self) -> bytes:
+        return self.prefix + uuid.uuid4().hex.encode()
 
     def body(self) -> bytes:
-        return self.before + self.prefix + uuid.uuid4().hex.encode() + self.after
+        """An envelope's body (the httpx client posts envelopes only)."""
+        return self.before + self.ref() + self.after
 
     def request(self) -> bytes:
+        if self.kind.startswith("attempt"):
+            path = self.path_before + self.ref() + self.path_after
+            return b"POST " + path + self.tail + str(len(self.fixed)).encode() + b"\r\n\r\n" + self.fixed
         body = self.body()
         return self.head + str(len(body)).encode() + b"\r\n\r\n" + body
 
@@ -444,6 +519,9 @@ async def run_round(round_: Round, bodies: Bodies, args: argparse.Namespace, sam
     if args.client == "httpx":
         import httpx
 
+        if bodies.kind.startswith("attempt"):
+            raise SystemExit("load.py: --client httpx sends envelopes only")
+
         limits = httpx.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
         client = httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S)
         tasks = [asyncio.create_task(httpx_connection(round_, bodies, client)) for _ in range(args.connections)]
@@ -613,10 +691,15 @@ def rss_timeline(sampler: RssSampler, target: Target, points: int = 12) -> list[
     return lines
 
 
+# Issue 14's goals, per target, against the floor of the same run (others: --target-ratio).
+TARGET_RATIOS = {"floor-authed": 0.6, "ingest": 0.3, "attempt": 0.35, "attempt-input": 0.35}
+
+
 def verdict(
     name: str, result: Figures, floor: Figures, rounds: dict[str, list[Round]], args: argparse.Namespace
 ) -> bool:
     """The issue's target for one target against the floor: printed, and True when met."""
+    target_ratio = TARGET_RATIOS.get(name, args.target_ratio)
     ratio = result.rate / floor.rate
     pairs = [
         figures([mine]).rate / figures([theirs]).rate
@@ -625,18 +708,20 @@ def verdict(
     ]
     print(
         f"\nratio {name}/floor: {ratio:.2f}  (per round: {', '.join(f'{p:.2f}' for p in pairs)})"
-        f"   target >= {args.target_ratio:.2f}: {'met' if ratio >= args.target_ratio else 'MISSED'}"
+        f"   target >= {target_ratio:.2f}: {'met' if ratio >= target_ratio else 'MISSED'}"
     )
+    tail_ok = result.p99 <= 3 * result.p50
     print(
         f"{name} p99: {result.p99:.1f} ms   target < {args.target_p99:g} ms:"
-        f" {'met' if result.p99 < args.target_p99 else 'MISSED'}"
+        f" {'met' if result.p99 < args.target_p99 else 'MISSED'};  p99 <= 3 x p50 ({3 * result.p50:.1f} ms):"
+        f" {'met' if tail_ok else 'MISSED'}"
     )
     print(
         f"CPU per request (app + PostgreSQL + load script): floor {floor.total_cpu_ms:.2f} ms,"
         f" {name} {result.total_cpu_ms:.2f} ms; on a CPU-bound machine that allows {name}/floor ="
         f" {floor.total_cpu_ms / result.total_cpu_ms:.2f}, whatever the neighbours do"
     )
-    return ratio >= args.target_ratio and result.p99 < args.target_p99
+    return ratio >= target_ratio and result.p99 < args.target_p99 and tail_ok
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -645,7 +730,8 @@ def verdict(
 async def main(args: argparse.Namespace) -> int:
     targets: list[Target] = args.target
     run_tag = uuid.uuid4().hex[:8]
-    bodies = {t.name: Bodies(t, args.api_key, run_tag) for t in targets}
+    keys = dict(args.key)
+    bodies = {t.name: Bodies(t, keys.get(t.name, args.api_key), run_tag) for t in targets}
     for target in targets:
         await wait_for_port(target)
         print(f"{target.name}: {target.url} answers 201 with {{{await preflight(target, bodies[target.name])}}}")
@@ -729,6 +815,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=parse_target, action="append", required=True, help="NAME=URL[@PID]")
     parser.add_argument("--api-key", required=True)
+    parser.add_argument(
+        "--key", type=parse_key, action="append", default=[], help="NAME=KEY: another team's key for one target"
+    )
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds per round")
     parser.add_argument("--requests", type=int, default=0, help="measured requests per round (instead of time)")

@@ -1,0 +1,47 @@
+"""The teams bench/run measures, made through the services the commands use; prints one
+`NAME KEY` line per team for bench/run to read.
+
+- `bench`: the team of the ingest and attempt targets, with one webhook endpoint (issue 14:
+  "one webhook endpoint registered so the outbox is written"; nothing listens there and no
+  worker runs, so the outbox rows wait; the endpoint only makes the ingest write them);
+- `bench-none` and `bench-three` (issue 12): no channel, and an email, a Slack and a webhook
+  channel; the held-* targets ingest an approval request for them, the worst case for
+  notifications (every request writes a notice per channel).
+
+Run with HOLDPOINT_WEBHOOK_ALLOW_PRIVATE=true (the endpoints are on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django
+
+django.setup()
+
+from envelopes.configuration import api_key_create, team_create  # noqa: E402 (after django.setup())
+from notifications.services import channel_create  # noqa: E402 (after django.setup())
+from webhooks.services import endpoint_create  # noqa: E402 (after django.setup())
+
+SINK = "http://127.0.0.1:9"  # the discard port: nothing answers, nothing is sent during the run
+
+
+def main() -> None:
+    bench = team_create(slug="bench", name="Benchmark")
+    endpoint_create(team=bench, url=f"{SINK}/hook")
+    none = team_create(slug="bench-none", name="Benchmark, no channels")
+    three = team_create(slug="bench-three", name="Benchmark, three channels")
+    channel_create(team=three, kind="email", target="ops@example.com")
+    channel_create(team=three, kind="slack", target=f"{SINK}/services/T/B/X")
+    channel_create(team=three, kind="webhook", target=f"{SINK}/channel")
+    for team in (bench, none, three):
+        print(team.slug, api_key_create(team=team, name="bench").raw)
+
+
+if __name__ == "__main__":
+    main()
