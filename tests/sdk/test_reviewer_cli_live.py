@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.test.utils import override_settings
-from holdpoint_sdk import Failure, Holdpoint, ToolError, input_fingerprint
+from holdpoint_sdk import Failure, Holdpoint, ToolError
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import reviewer_create
