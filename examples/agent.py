@@ -12,8 +12,10 @@ Scenarios (`--scenario NAME`, default all):
   rate_limit       the provider answers 429 Retry-After -> wait until not_before, then retry
   unknown_outcome  the write times out after it left -> verify; a retry is refused; the lookup
                    by operation_ref finds the invoice -> committed
-  approval         a refund over the limit -> hold; prints the step page for a reviewer
-                   (with --wait-for-approval SECONDS the agent waits and then finishes it)
+  approval         a refund over the limit -> hold, with the refund itself sent for the reviewer
+                   to see; prints the step page for a reviewer (with --wait-for-approval SECONDS
+                   the agent waits for the decision and then runs the input the reviewer
+                   approved: theirs if they edited it, e.g. a lower amount)
   outage           the provider is down (scope: service) -> the tool is halted; the next call
                    on another step is refused with tool_halted
 """
@@ -51,6 +53,7 @@ class FakeProvider:
     def __init__(self, *, retry_after: int) -> None:
         self.retry_after = retry_after
         self.invoices: dict[str, dict[str, Any]] = {}
+        self.refunds: list[dict[str, Any]] = []
         self.searches = 0
         self.http = httpx.Client(base_url="https://provider.example", transport=httpx.MockTransport(self.handle))
 
@@ -73,7 +76,8 @@ class FakeProvider:
             found = self.invoices.get(request.url.params["operation_ref"])
             return httpx.Response(200, json={"invoices": [found] if found else []})
         if request.url.path == "/refunds":
-            return httpx.Response(201, json={"refund_id": "re_1"})
+            self.refunds.append(body)
+            return httpx.Response(201, json={"refund_id": f"re_{len(self.refunds)}"})
         if request.url.path == "/charges":
             return httpx.Response(503, headers={"Retry-After": "60"})
         return httpx.Response(404)
@@ -95,8 +99,8 @@ class FakeProvider:
         found = self.http.get("/invoices", params={"operation_ref": operation_ref}).json()
         return found["invoices"][0] if found["invoices"] else None
 
-    def refund(self, refund: dict[str, Any], *, limit: int = 500) -> httpx.Response:
-        if refund["amount"] > limit and not refund.get("approved"):
+    def refund(self, refund: dict[str, Any], *, limit: int = 500, approved: bool = False) -> httpx.Response:
+        if refund["amount"] > limit and not approved:
             raise ToolError(
                 Failure.approval_required(
                     "REFUND_ABOVE_LIMIT",
@@ -203,10 +207,12 @@ class Agent:
 
     def approval(self) -> None:
         ref = self.ref("issue_refund")
-        refund = {"order": "ord_7", "amount": 900}
+        refund = {"order": "ord_7", "amount": 900, "currency": "EUR"}
+        # The guard sends the refund with the attempt: the reviewer sees the amount and the order.
         first = self.call("issue_refund", ref, refund, lambda: self.provider.refund(refund))
         self.expect(first, "hold")
         print(f"  a reviewer decides at {first.step_url}")
+        print(f"  (or: holdpoint approve TEAM {ref} --reason ... [--input edited.json])")
         if not self.wait_for_approval:
             return
         print(f"  waiting up to {self.wait_for_approval:.0f}s for the decision ...")
@@ -216,10 +222,17 @@ class Agent:
             print("  no decision yet; the step stays held")
             return
         print(f"  decided -> {step['directive']['action']} ({step['directive']['reason']})")
-        if step["directive"]["action"] == "proceed":
-            approved = {**refund, "approved": True}
-            # The approval covers the input that asked for it: the same input goes again.
-            self.expect(self.call("issue_refund", ref, refund, lambda: self.provider.refund(approved)), "stop")
+        if step["directive"]["action"] != "proceed":
+            return
+        # The approval covers one input: the agent's own, or the reviewer's edit of it. The guard
+        # knows which from the decision it just read, and hands the approved one to the call.
+        with self.hp.guard(tool="issue_refund", operation_ref=ref, input=refund, run_id=self.run_id) as guard:
+            if guard.input_edited:
+                print(f"  the reviewer edited the input: {json.dumps(guard.input, sort_keys=True)}")
+            outcome = guard.call(self.provider.refund, refund, approved=True)
+        whose = "the reviewer's edit" if outcome.input_edited else "as proposed"
+        print(f"  issue_refund: ran {json.dumps(outcome.input, sort_keys=True)} ({whose}) -> {outcome.action}")
+        self.expect(outcome, "stop")
 
     def outage(self) -> None:
         charge = {"customer": "cus_1", "amount": 300}
