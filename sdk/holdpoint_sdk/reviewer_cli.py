@@ -255,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
         decide = commands.add_parser(name, help=f"decide: {action}")
         decide.add_argument("team")
         decide.add_argument("ref", help="the step's operation_ref")
-        decide.add_argument("--reason", help="why (required to reject, cancel and mark committed)")
+        decide.add_argument("--reason", help="why (required for every decision but approve)")
         decide.add_argument(
             "--etag",
             help="the ETag `show` printed: decide only if the step is still what you saw "
