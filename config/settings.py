@@ -320,6 +320,9 @@ LOGGING = {
     # axes.apps says "AXES: BEGIN version …" at INFO in every process; its lock-outs are WARNINGs.
     "loggers": {"django.request": {"level": "ERROR"}, "axes.apps": {"level": "WARNING"}},
 }
+# httpx logs every request's full URL at INFO: a Slack incoming-webhook URL or response_url is a
+# credential (webhook paths may be too). Holdpoint logs its sends itself, without them.
+LOGGING["loggers"]["httpx"] = {"level": "WARNING"}  # type: ignore[index]
 
 # --- notifying reviewers by email (contract §9) ----------------------------------------------
 # EMAIL_URL: smtp://user:pass@host:25, smtp+tls://...:587, smtp+ssl://...:465 (django-environ).

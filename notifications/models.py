@@ -251,3 +251,40 @@ class SendTry(models.Model):
 
 def is_due(moment: datetime | None, now: datetime) -> bool:
     return moment is None or moment <= now
+
+
+SLACK_TEAM_ID_RE = r"\A[TE][A-Z0-9]{2,31}\Z"  # a workspace (T…) or an Enterprise Grid org (E…)
+SLACK_USER_ID_RE = r"\A[UW][A-Z0-9]{2,31}\Z"  # a member (U…, or W… across an org)
+
+
+class SlackLinkQuerySet(models.QuerySet["SlackLink"]):
+    def for_user(self, user: models.Model) -> SlackLinkQuerySet:
+        return self.filter(user=user)
+
+
+class SlackLink(models.Model):
+    """A Slack member, as the Holdpoint user who proved both (contract §10): Slack's Approve
+    decides as this user, with this user's roles. Made at /account/ from a link that Holdpoint
+    signed for the Slack member who pressed a button, opened by a signed-in user."""
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="slack_links")
+    slack_team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = SlackLinkQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # A Slack member is one Holdpoint user (the lookup of every button press) ...
+            models.UniqueConstraint(fields=["slack_team_id", "slack_user_id"], name="slacklink_unique_member"),
+            # ... and a user has one Slack id per workspace.
+            models.UniqueConstraint(fields=["user", "slack_team_id"], name="slacklink_unique_user_workspace"),
+            models.CheckConstraint(
+                condition=Q(slack_team_id__regex=SLACK_TEAM_ID_RE) & Q(slack_user_id__regex=SLACK_USER_ID_RE),
+                name="slacklink_ids_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slack_user_id}@{self.slack_team_id}"

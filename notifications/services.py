@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -23,7 +24,7 @@ from webhooks.signing import secret_generate
 
 from . import content as contents
 from .consumer import ENTERED, watch_next_due
-from .models import EVENTS, MAX_REMINDERS, Channel, Message, Notice, Watch
+from .models import EVENTS, MAX_REMINDERS, Channel, Message, Notice, SlackLink, Watch
 
 REVIEWERS = "@reviewers"
 MAX_ADDRESSES = 50
@@ -375,3 +376,35 @@ def step_notified(step: Step) -> list[Notice]:
         .select_related("channel", "message")
         .order_by("created_at", "id")
     )
+
+
+# --- Slack members linked to users (contract §10) ----------------------------------------------
+
+
+class SlackLinkRefused(ValueError):
+    """A link that cannot be made; the message says why."""
+
+
+@transaction.atomic
+def slack_link_create(*, user: User, slack_team_id: str, slack_user_id: str) -> SlackLink:
+    """Link this Slack member to `user` (the caller proved both: a signed-in session and a link
+    Holdpoint signed for that member). One Slack id per user per workspace; a member is one
+    user. Linking again the same pair returns the link."""
+    existing = SlackLink.objects.select_for_update().filter(slack_team_id=slack_team_id, slack_user_id=slack_user_id)
+    link = existing.first()
+    if link is not None:
+        if link.user_id == user.pk:
+            return link
+        raise SlackLinkRefused("This Slack account is linked to another Holdpoint user; they must unlink it first.")
+    if SlackLink.objects.filter(user=user, slack_team_id=slack_team_id).exists():
+        raise SlackLinkRefused("You have another Slack account of this workspace linked; unlink it first.")
+    try:
+        with transaction.atomic():
+            return SlackLink.objects.create(user=user, slack_team_id=slack_team_id, slack_user_id=slack_user_id)
+    except IntegrityError as error:  # a link made at the same moment
+        raise SlackLinkRefused("This Slack account was just linked; reload the page.") from error
+
+
+def slack_link_delete(*, user: User, link_id: int) -> bool:
+    """Unlink one of the user's own Slack accounts; False when it is not theirs."""
+    return SlackLink.objects.for_user(user).filter(pk=link_id).delete()[0] > 0

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import json
+import logging
+from typing import Any
+
+from celery import Task, shared_task
 
 from . import retention, sending, services
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task
@@ -23,3 +29,16 @@ def purge_notification_history() -> int:
     """Beat, hourly: forget finished messages, dropped notices and spent watches past their
     retention (notifications.retention)."""
     return retention.history_purge()
+
+
+@shared_task(bind=True, max_retries=2)
+def slack_response_send(self: Task, url: str, body: dict[str, Any]) -> int | None:  # type: ignore[type-arg]
+    """Update a Slack message through its response_url (notifications.slack), off the request:
+    within the hard per-try deadline of every send, retried twice if Slack is unreachable or
+    answers 5xx. The URL (valid 30 minutes, 5 uses) is never logged."""
+    posted = sending.json_post(url, json.dumps(body).encode(), timeout=sending.SEND_TIMEOUT)
+    if posted.status_code is None or posted.status_code >= 500:
+        raise self.retry(countdown=2 ** (self.request.retries + 1))
+    if posted.status_code != 200:
+        logger.warning("Slack refused a message update: HTTP %s %s", posted.status_code, posted.body[:100])
+    return posted.status_code

@@ -1,0 +1,313 @@
+"""Slack's buttons decide (contract §10): `POST /integrations/slack/actions`.
+
+Slack posts an interaction payload (`application/x-www-form-urlencoded`, `payload=<json>`)
+signed with the app's signing secret. It is checked with slack_sdk's SignatureVerifier against
+SLACK_SIGNING_SECRET (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`, the timestamp within 5
+minutes, a constant-time comparison) before anything in it is read; anything else is 401 and
+nothing is decided. Without SLACK_SIGNING_SECRET the endpoint does not exist (404).
+
+`Approve` carries `{team, operation_ref, etag}`: the ETag of the step when the message was
+built. The Slack member is the Holdpoint user linked to them (SlackLink); that user decides
+through reviewers.services.decide_with_etag, the one decision path of the reviewer API and the
+dashboard, with that user's roles. The message is then updated through Slack's `response_url`
+by a task on the notifications queue (Slack wants its 200 within 3 s): "approved by X", or
+"already decided by ..." when the step had moved (412). Refusals that concern only the clicker
+(not linked, a viewer, not a member) go to them alone (ephemeral), and decide nothing.
+
+`Reject` is a URL button (a reason is needed: it opens the step page); its click posts here too
+and is answered 200 with nothing done. Nothing here logs the signature, a token or the
+response_url.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core import signing
+from django.core.cache import cache
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, PlainTextObject, SectionBlock
+from slack_sdk.signature import SignatureVerifier
+
+from envelopes.errors import StepNotFound
+from reviewers import errors, services
+
+from .content import base_url, slack_escape
+from .models import SLACK_TEAM_ID_RE, SLACK_USER_ID_RE, SlackLink
+
+logger = logging.getLogger(__name__)
+
+APPROVE = "holdpoint.approve"
+REJECT = "holdpoint.reject"
+MAX_BODY = 64 * 1024
+LINK_SALT = "holdpoint.slack-link"
+LINK_MAX_AGE = 3600  # a link to /account/ from an ephemeral reply is good for an hour
+REPLAY_SECONDS = 6 * 60  # above the verifier's 5-minute window
+RESPONSE_URL_HOSTS = ("hooks.slack.com",)
+
+
+class PayloadInvalid(ValueError):
+    """A signed payload that is not one Holdpoint's buttons make."""
+
+
+@dataclass(frozen=True)
+class Press:
+    """A button pressed: who (in Slack), which, and what its value carries."""
+
+    slack_team_id: str
+    slack_user_id: str
+    action_id: str
+    response_url: str
+    team: str = ""
+    operation_ref: str = ""
+    etag: str = ""
+
+
+# --- checking what Slack sent ----------------------------------------------------------------------
+
+
+def signature_valid(request: HttpRequest, secret: str) -> bool:
+    """slack_sdk's check (timestamp within 5 minutes, constant-time HMAC comparison), and a
+    request seen once already is refused: its signature is remembered past the window."""
+    verifier = SignatureVerifier(signing_secret=secret)
+    timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+    signature = request.headers.get("X-Slack-Signature", "")
+    if not timestamp.isdigit() or not verifier.is_valid(request.body, timestamp, signature):
+        return False
+    try:
+        return bool(cache.add(f"holdpoint:slack:seen:{signature}", 1, timeout=REPLAY_SECONDS))
+    except Exception:
+        logger.warning("the cache is unavailable; Slack replays within 5 minutes are not refused", exc_info=True)
+        return True
+
+
+def _text(value: object, field: str, *, limit: int = 300, pattern: str | None = None) -> str:
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        raise PayloadInvalid(f"{field} is missing or not text")
+    if pattern is not None and not re.match(pattern, value):
+        raise PayloadInvalid(f"{field} has an unexpected form")
+    return value
+
+
+def press_parse(body: dict[str, Any]) -> Press | None:
+    """The Holdpoint button a block_actions payload reports, or None for anything else (Slack
+    sends other interactions to the same URL). Raises PayloadInvalid for a malformed one."""
+    if body.get("type") != "block_actions":
+        return None
+    actions = body.get("actions")
+    if not isinstance(actions, list) or len(actions) != 1 or not isinstance(actions[0], dict):
+        raise PayloadInvalid("actions is not one action")
+    action = actions[0]
+    action_id = action.get("action_id")
+    if action_id not in (APPROVE, REJECT):
+        return None
+    user = body.get("user") if isinstance(body.get("user"), dict) else {}
+    team = body.get("team") if isinstance(body.get("team"), dict) else {}
+    assert isinstance(user, dict) and isinstance(team, dict)
+    press = Press(
+        # The member's own workspace (it differs from the channel's in shared channels).
+        slack_team_id=_text(user.get("team_id") or team.get("id"), "user.team_id", limit=32, pattern=SLACK_TEAM_ID_RE),
+        slack_user_id=_text(user.get("id"), "user.id", limit=32, pattern=SLACK_USER_ID_RE),
+        action_id=str(action_id),
+        response_url=_text(body.get("response_url"), "response_url", limit=2000),
+    )
+    if action_id == REJECT:
+        return press
+    try:
+        value = json.loads(_text(action.get("value"), "actions[0].value", limit=2000))
+    except ValueError as error:
+        raise PayloadInvalid("actions[0].value is not JSON") from error
+    if not isinstance(value, dict):
+        raise PayloadInvalid("actions[0].value is not an object")
+    return Press(
+        slack_team_id=press.slack_team_id,
+        slack_user_id=press.slack_user_id,
+        action_id=press.action_id,
+        response_url=press.response_url,
+        team=_text(value.get("team"), "value.team", limit=100),
+        operation_ref=_text(value.get("operation_ref"), "value.operation_ref", limit=200),
+        etag=_text(value.get("etag"), "value.etag", limit=100, pattern=r'\A"\d+\.\d+"\Z'),
+    )
+
+
+def response_url_allowed(url: str) -> bool:
+    """Slack's own https host; any http(s) host where webhooks may go to private addresses
+    (development and tests). json_post vets the address besides."""
+    from webhooks import ssrf
+
+    try:
+        parsed = ssrf.url_parse(url)
+    except ssrf.UnsafeTarget:
+        return False
+    if ssrf.private_targets_allowed():
+        return True
+    return parsed.scheme == "https" and parsed.host in RESPONSE_URL_HOSTS
+
+
+# --- linking a Slack member --------------------------------------------------------------------
+
+
+def link_token(press: Press) -> str:
+    return signing.dumps({"t": press.slack_team_id, "u": press.slack_user_id}, salt=LINK_SALT, compress=True)
+
+
+def link_token_read(token: str) -> tuple[str, str] | None:
+    """The (workspace, member) a link token names, if Holdpoint signed it within the hour."""
+    try:
+        data = signing.loads(token, salt=LINK_SALT, max_age=LINK_MAX_AGE)
+    except signing.BadSignature:
+        return None
+    if not isinstance(data, dict):
+        return None
+    team, user = data.get("t"), data.get("u")
+    if not isinstance(team, str) or not isinstance(user, str):
+        return None
+    if not re.match(SLACK_TEAM_ID_RE, team) or not re.match(SLACK_USER_ID_RE, user):
+        return None
+    return team, user
+
+
+def link_url(press: Press) -> str:
+    from urllib.parse import urlencode
+
+    return f"{base_url()}/account/?{urlencode({'slack': link_token(press)})}"
+
+
+# --- what goes back to Slack -------------------------------------------------------------------
+
+
+def _reply(text: str, *, replace: bool, link: str = "", link_text: str = "") -> dict[str, Any]:
+    """A response_url body: `replace_original` (for everyone) or an ephemeral note to the
+    clicker. Agent text only ever in plain_text; links are Holdpoint's own."""
+    blocks: list[Any] = [SectionBlock(text=PlainTextObject(text=slack_escape(text)[:2900], emoji=False))]
+    if link:
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(link)}|{link_text}>")]))
+    body: dict[str, Any] = {"text": slack_escape(text)[:2900], "blocks": [block.to_dict() for block in blocks]}
+    if replace:
+        body["replace_original"] = True
+    else:
+        body["response_type"] = "ephemeral"
+        body["replace_original"] = False
+    return body
+
+
+def reply_enqueue(press: Press, body: dict[str, Any]) -> None:
+    """Send `body` to the press's response_url from a worker, after this request answers."""
+    from .tasks import slack_response_send
+
+    if not response_url_allowed(press.response_url):
+        logger.warning("Slack action: a response_url outside Slack's hosts was not used")
+        return
+    try:
+        slack_response_send.apply_async(args=[press.response_url, body], retry=False)
+    except Exception:
+        logger.warning("Slack action: could not enqueue the message update", exc_info=False)
+
+
+def press_handle(press: Press) -> None:
+    """Decide (Approve) as the linked user, and say so through the response_url."""
+    link = (
+        SlackLink.objects.select_related("user")
+        .filter(slack_team_id=press.slack_team_id, slack_user_id=press.slack_user_id)
+        .first()
+    )
+    if link is None or not link.user.is_active:
+        logger.info("Slack action: an unlinked Slack member pressed %s; nothing decided", press.action_id)
+        reply_enqueue(
+            press,
+            _reply(
+                "Your Slack account is not linked to a Holdpoint user, so nothing was decided. "
+                "Link it (signed in to Holdpoint), then press Approve again.",
+                replace=False,
+                link=link_url(press),
+                link_text="Link your account",
+            ),
+        )
+        return
+    user = link.user
+    name = user.get_username()
+    try:
+        result = services.decide_with_etag(
+            user=user, team_slug=press.team, operation_ref=press.operation_ref, action="approve", etag=press.etag
+        )
+    except errors.StepChanged as moved:
+        step = services.step_of_team(
+            services.team_membership(user=user, team_slug=press.team).team, press.operation_ref
+        )
+        reply_enqueue(press, _reply(_already_decided(step, str(moved)), replace=True, **_step_link(step.pk)))
+        return
+    except (errors.TeamNotFound, StepNotFound):
+        reply_enqueue(
+            press, _reply(f"{name} is not a member of a team with this step; nothing was decided.", replace=False)
+        )
+        return
+    except (
+        errors.RoleRequired,
+        errors.DecisionNotAllowed,
+        errors.DecisionInvalid,
+        errors.PreconditionRequired,
+    ) as refused:
+        reply_enqueue(press, _reply(f"Not decided: {refused}", replace=False))
+        return
+    step = result.step
+    step_url = f"{base_url()}/steps/{step.pk}/"
+    required = step.tool.required_approvals
+    if result.transitioned or result.approvals_so_far >= required:
+        text = f"Approved by {name}: {step.tool.name} {step.operation_ref}."
+    else:
+        text = (
+            f"Approved by {name} ({result.approvals_so_far} of {required} approvals): {step.tool.name} "
+            f"{step.operation_ref} still waits for another reviewer."
+        )
+    logger.info("Slack action: %s approved step %s", name, step.pk)
+    reply_enqueue(press, _reply(text, replace=True, link=step_url, link_text="Open the step page"))
+
+
+def _step_link(step_id: int) -> dict[str, str]:
+    return {"link": f"{base_url()}/steps/{step_id}/", "link_text": "Open the step page"}
+
+
+def _already_decided(step: Any, detail: str) -> str:
+    from approvals.models import Decision
+
+    decision = Decision.objects.filter(step=step).select_related("reviewer").order_by("-decided_at", "-id").first()
+    if decision is not None:
+        return (
+            f"Already decided by {decision.reviewer.get_username()} ({decision.action}): "
+            f"{step.tool.name} {step.operation_ref} is now {step.state.replace('_', ' ')}."
+        )
+    return (
+        f"Already decided: {step.tool.name} {step.operation_ref} is now {step.state.replace('_', ' ')} ({step.reason})."
+    )
+
+
+# --- the endpoint ------------------------------------------------------------------------------
+
+
+@csrf_exempt  # Slack signs it; there is no session
+@require_POST
+def slack_actions(request: HttpRequest) -> HttpResponse:
+    secret = str(getattr(settings, "SLACK_SIGNING_SECRET", "") or "")
+    if not secret:
+        raise Http404("Slack actions are not configured (SLACK_SIGNING_SECRET).")
+    if len(request.body) > MAX_BODY:
+        return HttpResponse("too large", status=413, content_type="text/plain")
+    if not signature_valid(request, secret):
+        logger.warning("Slack action refused: bad, stale or replayed signature; nothing decided")
+        return HttpResponse("invalid signature", status=401, content_type="text/plain")
+    try:
+        body = json.loads(request.POST.get("payload", ""))
+        press = press_parse(body) if isinstance(body, dict) else None
+    except (ValueError, PayloadInvalid) as error:
+        logger.warning("Slack action refused: %s", error if isinstance(error, PayloadInvalid) else "payload not JSON")
+        return HttpResponse("invalid payload", status=400, content_type="text/plain")
+    if press is not None and press.action_id == APPROVE:
+        press_handle(press)
+    return HttpResponse(status=200)
