@@ -9,13 +9,15 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Paginator
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db.models.functions import Cast, Left
 from django.utils.functional import cached_property
 
 from dashboard.shell import teams_of
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
-from envelopes.models import Attempt, AuditEvent, Envelope, Quarantine, Step, Team, Tool
+from envelopes.models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, Step, Team, Tool
 
+from .inputs import SUMMARY_SOURCE_CHARS, input_summary
 from .models import Decision, Membership
 
 QUEUE_LIMIT = 50
@@ -161,7 +163,47 @@ def step_queue(
     rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
     if queue.key == "approvals":
         rows = rows.annotate(approvals_given=_current_approvals())
-    return QueueView(queue=queue, rows=list(rows[:QUEUE_LIMIT]), total=total)
+    shown = list(rows[:QUEUE_LIMIT])
+    with_input_summaries(shown)
+    return QueueView(queue=queue, rows=shown, total=total)
+
+
+def _input_head(rows: QuerySet[Any]) -> Subquery:
+    # The beginning of the stored JSON text: enough for one line, however large the input.
+    return Subquery(rows.annotate(head=Left(Cast("input", TextField()), SUMMARY_SOURCE_CHARS)).values("head")[:1])
+
+
+def with_input_summaries(steps: list[Step]) -> None:
+    """Set `input_summary` on each step: a line from its proposal's input (the one
+    `envelopes.proposal.proposal_of` picks), "" without one. One query for the rows shown,
+    reading a bounded prefix of each input."""
+    for step in steps:
+        step.input_summary = ""  # type: ignore[attr-defined]
+    with_attempts = [step.pk for step in steps if step.last_fingerprint]
+    if not with_attempts:
+        return
+    latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number")
+    refused = ProposedInput.objects.filter(step=OuterRef("pk"), fingerprint=OuterRef("approval_fingerprint")).order_by(
+        "-id"
+    )
+    heads = {
+        pk: (attempt_head, refused_id, refused_head)
+        for pk, attempt_head, refused_id, refused_head in Step.objects.filter(pk__in=with_attempts)
+        .annotate(
+            attempt_head=_input_head(latest),
+            refused_id=Subquery(refused.values("pk")[:1]),
+            refused_head=_input_head(refused),
+        )
+        .values_list("pk", "attempt_head", "refused_id", "refused_head")
+    }
+    for step in steps:
+        if step.pk not in heads:
+            continue
+        attempt_head, refused_id, refused_head = heads[step.pk]
+        # As proposal_of: a refused request's input when the binding names it, else the latest attempt's.
+        binds_refused = step.approval_fingerprint and step.approval_fingerprint != step.last_fingerprint
+        head = refused_head if binds_refused and refused_id is not None else attempt_head
+        step.input_summary = input_summary(head)  # type: ignore[attr-defined]
 
 
 def halted_tools(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> list[Tool]:

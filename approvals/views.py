@@ -34,9 +34,10 @@ from dashboard.shell import (
     teams_of,
 )
 from envelopes.models import ApiKey, Quarantine, Step, Tool
+from envelopes.proposal import previous_proposal, proposal_of
 from envelopes.services import StepNotFound
 
-from . import queries, timeline
+from . import inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .models import Membership
 from .services import (
@@ -162,7 +163,13 @@ def _step_context(
 ) -> dict[str, Any]:
     envelope = step.last_envelope
     page = page or timeline.step_timeline(step)
+    proposal = proposal_of(step)
+    tree = inputs.input_tree(proposal.input) if proposal is not None and proposal.input is not None else []
     return {
+        "proposal": proposal,
+        "input_tree": tree,
+        "input_redactions": inputs.redacted_count(tree),
+        "comparison": inputs.compare(proposal, previous_proposal(step, proposal)) if proposal is not None else None,
         "step": step,
         "membership": membership,
         "multi_team": len(memberships_of(request.user)) > 1,
@@ -190,14 +197,22 @@ def step_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     step, membership = _visible_step(request, pk)
     before = timeline.Cursor.parse(request.GET.get("before", ""))
     if htmx_targets(request, "step-live"):
-        if request.GET.get("v") == timeline.timeline_version(step):
+        version = timeline.timeline_version(step)
+        if request.GET.get("v") == version:
             return _no_change()
         since = timeline.Cursor.parse(request.GET.get("since", ""))
         page = timeline.step_timeline(step, since=since, has_older=request.GET.get("older") == "1")
-        context = _step_context(request, step, membership, page=page)
+        # The poll re-renders the timeline only: nothing else of the page is read.
         seen = request.GET.get("seen", "")
-        context["moved_since"] = bool(seen) and seen != step.state
-        context["seen_state"] = seen
+        context = {
+            "step": step,
+            "page": page,
+            "live": True,
+            "version": version,
+            "moved_since": bool(seen) and seen != step.state,
+            "seen_state": seen,
+            "now": timezone.now(),
+        }
         return page_render(request, "approvals/step.html", context, partial="step-live")
     if htmx_targets(request, "timeline-older"):
         if before is None:

@@ -102,3 +102,20 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 def htmx_headers(target: str) -> dict[str, str]:
     return {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": target}
+
+
+def propose(agent: AgentClient, ref: str, tool_input: dict[str, Any] | None, *, tool: str = "charge_card") -> Any:
+    """An attempt on `ref` carrying `tool_input` (None: only a fingerprint), as an agent sends it."""
+    from envelopes.proposal import input_fingerprint
+
+    if tool_input is None:
+        return agent.attempt(ref, tool=tool, fingerprint=input_fingerprint({"unsent": ref}))
+    response = agent.attempt(ref, tool=tool, fingerprint=input_fingerprint(tool_input), input=tool_input)
+    assert response.status_code == 201, response.content
+    return response
+
+
+def held_with_input(agent: AgentClient, ref: str, tool_input: dict[str, Any] | None, **envelope: Any) -> Step:
+    """A step awaiting approval whose attempt proposed `tool_input`."""
+    propose(agent, ref, tool_input)
+    return post_envelope(agent, approval_envelope(operation_ref=ref, **envelope))
