@@ -43,6 +43,13 @@ DECISIONS: dict[str, DecisionAction] = {
     "permit-retry": "permit_retry",
 }
 
+# What a reviewer may do in each held state (contract §3).
+COMMANDS_BY_STATE = {
+    "awaiting_approval": ("approve", "reject"),
+    "verifying": ("mark-committed", "permit-retry", "cancel"),
+    "escalated": ("mark-committed", "permit-retry", "cancel"),
+}
+
 # Exit codes: one per kind of answer a script may want to tell apart.
 EXIT_OK = 0
 EXIT_ERROR = 1  # any other error from Holdpoint (5xx, unexpected)
@@ -181,9 +188,10 @@ def render_step(team: str, step: Step, etag: str) -> str:
             "decision",
             f"{decision['action']} by {safe(decision['reviewer'])} at {decision['decided_at']}{edited}{reason}",
         )
-    if step["held"]:
-        command = ["holdpoint", "approve", team, step["operation_ref"], "--etag", etag, "--reason", "..."]
-        lines.append("decide: " + safe(shlex.join(command)))
+    commands = COMMANDS_BY_STATE.get(step["state"])
+    if commands:
+        command = shlex.join(["holdpoint", "COMMAND", team, step["operation_ref"], "--etag", etag, "--reason", "..."])
+        lines.append(f"decide ({' | '.join(commands)}): " + safe(command))
     return "\n".join(lines)
 
 

@@ -181,3 +181,18 @@ def test_the_async_guard_runs_the_approved_input_too(ahp: AsyncHoldpoint, api: F
     outcome = asyncio.run(run())
     assert ran == [EDITED] and outcome.input_edited and outcome.input == EDITED
     assert api.bodies("attempts")[0]["input"] == EDITED
+
+
+def test_the_async_guard_falls_back_to_the_fingerprint_when_the_gate_refuses_the_input(
+    ahp: AsyncHoldpoint, api: FakeApi
+) -> None:
+    api.script("attempts", problem(422, "schema_invalid", errors=[{"field": "input", "rule": "max_bytes"}]))
+
+    async def run():  # type: ignore[no-untyped-def]
+        async with ahp:
+            return await ahp.guarded_call(tool="t", operation_ref="r", input=REFUND, call=lambda: {"id": 1})
+
+    outcome = asyncio.run(run())
+    first, second = api.bodies("attempts")
+    assert first["input"] == REFUND and "input" not in second
+    assert outcome.ok and not outcome.input_sent

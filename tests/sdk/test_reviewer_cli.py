@@ -149,8 +149,19 @@ def test_show_prints_the_proposed_input_the_etag_and_how_to_decide(api: FakeRevi
     assert f"sha256 {input_fingerprint(PROPOSED)}" in run.out
     assert '"amount": 900' in run.out and '"order": "ord_7"' in run.out
     assert "refund \\u001b[2J\\u001b[31mAPPROVED\\u202e" in run.out  # JSON's escape, then ours
-    assert "decide: holdpoint approve payments run_81/step_4 --etag '\"41.1\"' --reason ..." in run.out
+    hint = "decide (approve | reject): holdpoint COMMAND payments run_81/step_4 --etag '\"41.1\"' --reason ..."
+    assert hint in run.out
     assert api.requests[0].url.raw_path.decode() == "/api/v1/teams/payments/steps/run_81%2Fstep_4"
+
+
+def test_show_names_the_decisions_the_state_allows(api: FakeReviewerApi) -> None:
+    api.steps[REF] = step("verifying", "verify", reason="verification_required")
+    assert (
+        "decide (mark-committed | permit-retry | cancel): holdpoint COMMAND"
+        in holdpoint(api, "show", "payments", REF).out
+    )
+    api.steps[REF] = step("succeeded", "stop", reason="committed")
+    assert "decide" not in holdpoint(api, "show", "payments", REF).out
 
 
 def test_show_says_when_the_agent_sent_no_input(api: FakeReviewerApi) -> None:
