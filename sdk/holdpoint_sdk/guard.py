@@ -25,6 +25,7 @@ an outcome was reported, reports that exception, so no granted attempt is left u
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import logging
 import uuid
@@ -41,7 +42,6 @@ from .envelopes import (
     Failure,
     canonical_json,
     failure_for_exception,
-    input_fingerprint,
     jsonable,
     now_utc,
     parse_rfc3339,
@@ -181,13 +181,20 @@ class _GuardBase:
         self.tool = tool
         self.original_input = input
         self.operation_ref = operation_ref or new_operation_ref()
-        original_fingerprint = input_fingerprint(input)
+        # Canonicalised once: the fingerprint and the size check of the input sent both use it.
+        canonical = canonical_json(input)
         # After an approval with an edited input, the gate grants only the reviewer's input:
         # that is the one fingerprinted, sent and run.
-        edited = approved_input is not None and input_fingerprint(approved_input) != original_fingerprint
-        self.input: Any = dict(approved_input) if edited and approved_input is not None else input
+        approved = canonical_json(approved_input) if approved_input is not None else None
+        edited = approved is not None and approved != canonical
+        if edited and approved_input is not None and approved is not None:
+            self.input: Any = dict(approved_input)
+            canonical = approved
+        else:
+            self.input = input
         self.input_edited = edited
-        self.fingerprint = input_fingerprint(self.input) if edited else original_fingerprint
+        self.fingerprint = hashlib.sha256(canonical).hexdigest()
+        self._canonical_size = len(canonical)
         self.send_input = send_input
         self.input_sent = False
         self.input_withheld: str | None = None  # why the input was not sent, when it was not
@@ -232,7 +239,7 @@ class _GuardBase:
         if not isinstance(value, dict):
             self.input_withheld = "not a JSON object"
             return None
-        size = len(canonical_json(value))
+        size = self._canonical_size
         if size > MAX_INPUT_BYTES:
             self.input_withheld = f"its canonical form is {size} bytes, over the {MAX_INPUT_BYTES} the gate takes"
             logger.warning(
