@@ -21,13 +21,14 @@ from rest_framework.views import APIView
 from approvals.models import Decision
 from approvals.queries import STEP_QUEUES
 from envelopes.api import StrictSerializer
+from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
 from envelopes.presenters import rfc3339, step_representation
 
 from . import openapi
 from .auth import IsReviewer, ReviewerTokenAuthentication, ReviewerTokenRateThrottle
 from .errors import RoleRequired
-from .services import decide_with_etag, step_etag, step_of_team, team_membership
+from .services import decide_with_etag, decision_refusal_log, step_etag, step_of_team, team_membership
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,15 @@ def decision_representation(decision: Decision) -> dict[str, Any]:
     }
 
 
+def _action_of(request: Request) -> str:
+    """The action a body names, for the log of a refusal; "" when the body does not parse."""
+    try:
+        data = request.data
+    except exceptions.APIException:
+        return ""
+    return str(data.get("action", "")) if isinstance(data, dict) else ""
+
+
 class StepDecisionApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_decide",
@@ -152,9 +162,13 @@ class StepDecisionApi(ReviewerApiView):
     )
     def post(self, request: Request, team: str, ref: str) -> Response:
         # Who may decide, before what the body says (decide_with_etag checks it again, in order).
-        membership = team_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
-        if not membership.can_decide:
-            raise RoleRequired(f"Your role in {team} is {membership.role}: only reviewers and admins decide.")
+        try:
+            membership = team_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
+            if not membership.can_decide:
+                raise RoleRequired(f"Your role in {team} is {membership.role}: only reviewers and admins decide.")
+        except HoldpointError as refused:
+            decision_refusal_log(user=request.user, team_slug=team, action=_action_of(request), refused=refused)  # type: ignore[arg-type]
+            raise
         data = _valid(DecisionInput, request.data)
         result = decide_with_etag(
             user=request.user,  # type: ignore[arg-type]

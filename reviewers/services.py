@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from approvals.models import Decision, Membership
 from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, step_decide
+from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Step, Team
 from envelopes.presenters import step_representation
@@ -134,8 +135,6 @@ def team_membership(*, user: User, team_slug: str) -> Membership:
 
 
 def step_of_team(team: Team, operation_ref: str) -> Step:
-    from envelopes.errors import StepNotFound
-
     step = None
     if 1 <= len(operation_ref) <= 200 and operation_ref.isprintable():
         step = Step.objects.for_team(team).filter(operation_ref=operation_ref).first()
@@ -163,6 +162,43 @@ def decide_with_etag(
     DecisionNotAllowed (409: the state does not allow the action, or this reviewer already
     approved). Nothing is written when it raises.
     """
+    try:
+        return _decide_with_etag(
+            user=user,
+            team_slug=team_slug,
+            operation_ref=operation_ref,
+            action=action,
+            etag=etag,
+            reason=reason,
+            edited_input=edited_input,
+        )
+    except HoldpointError as refused:
+        decision_refusal_log(user=user, team_slug=team_slug, action=action, refused=refused)
+        raise
+
+
+def decision_refusal_log(*, user: User, team_slug: str, action: str, refused: HoldpointError) -> None:
+    """Who, where and why a decision was refused; never the credential the request came with."""
+    logger.info(
+        "decision %s by %s on a step of %r refused: %s %s",
+        action if action in Decision.Action.values else "(unknown action)",
+        user.get_username(),
+        team_slug,
+        refused.status,
+        refused.code,
+    )
+
+
+def _decide_with_etag(
+    *,
+    user: User,
+    team_slug: str,
+    operation_ref: str,
+    action: str,
+    etag: str,
+    reason: str,
+    edited_input: dict[str, Any] | None,
+) -> DecisionResult:
     membership = team_membership(user=user, team_slug=team_slug)
     team = membership.team
     if not membership.can_decide:
@@ -216,8 +252,12 @@ def decide_with_etag(
         except DecisionRefused as refused:
             if refused.already_decided:
                 raise DecisionNotAllowed(str(refused)) from refused
+            # An edited input the service refused (approvals.services.InputRefused names the field).
             raise DecisionInvalid(
-                str(refused), field="input" if edited_input is not None else "reason", rule="refused"
+                str(refused),
+                field=getattr(refused, "field", "input"),
+                rule=getattr(refused, "rule", "refused"),
+                code="input_refused",
             ) from refused
-    logger.info("reviewer API: %s decided %s on step %s of %s", user.get_username(), action, locked.pk, team.slug)
+    logger.info("%s decided %s on step %s of %s", user.get_username(), action, locked.pk, team.slug)
     return result
