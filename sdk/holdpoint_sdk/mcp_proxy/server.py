@@ -20,8 +20,8 @@ from mcp.server.stdio import stdio_server
 from pydantic import BaseModel
 
 from .. import __version__
-from ..client import AsyncHoldpoint
 from .config import ProxyConfig
+from .http import LeanAsyncHoldpoint
 from .proxy import HoldpointProxy, SessionUpstream
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
@@ -106,7 +106,7 @@ async def serve(config: ProxyConfig) -> None:
     """Run the proxy until its client closes stdin."""
     async with (
         connect_upstream(config) as (session, initialized),
-        AsyncHoldpoint(config.url, config.api_key, timeout=10.0) as holdpoint,
+        LeanAsyncHoldpoint(config.url, config.api_key, timeout=10.0) as holdpoint,
     ):
         proxy = HoldpointProxy(config, holdpoint, SessionUpstream(session))
         server, options = build_server(proxy, initialized)
