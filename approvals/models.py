@@ -51,6 +51,13 @@ class Decision(models.Model):
     action = models.CharField(max_length=20, choices=Action.choices)
     reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(default=timezone.now)
+    # An approval's input (contract §3, §4): the fingerprint it approved ("" for other acts, and
+    # for an approval of a step that had no fingerprinted attempt; null on the wire); `edited`
+    # when the reviewer approved an input of their own, which is then `edited_input` (checked to
+    # hold no secret).
+    input_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    edited = models.BooleanField(default=False)
+    edited_input = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["decided_at", "id"]
@@ -58,6 +65,15 @@ class Decision(models.Model):
             models.CheckConstraint(
                 condition=Q(action__in=["approve", "reject", "mark_committed", "permit_retry", "cancel"]),
                 name="decision_action_valid",
-            )
+            ),
+            models.CheckConstraint(
+                condition=Q(action="approve") | Q(input_fingerprint="", edited=False),
+                name="decision_input_only_on_approve",
+            ),
+            models.CheckConstraint(
+                condition=Q(edited=False, edited_input__isnull=True)
+                | (Q(edited=True, edited_input__isnull=False) & ~Q(input_fingerprint="")),
+                name="decision_edited_has_input",
+            ),
         ]
         indexes = [models.Index(fields=["step", "action", "decided_at"], name="decision_step_action_idx")]

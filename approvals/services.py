@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
@@ -15,10 +16,12 @@ from django.utils import timezone
 
 from envelopes import services as step_services
 from envelopes.configuration import NewApiKey, api_key_create, api_keys_revoke
+from envelopes.errors import InputInvalid
 from envelopes.events import event_emit
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import ApiKey, Step, Team, Tool
-from envelopes.presenters import rfc3339, step_representation
+from envelopes.presenters import decision_representation, step_representation
+from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
 
 from .models import Decision, Membership
 
@@ -33,6 +36,17 @@ class DecisionRefused(Exception):
     def __init__(self, message: str, *, already_decided: bool = False) -> None:
         super().__init__(message)
         self.already_decided = already_decided
+
+
+class InputRefused(DecisionRefused):
+    """An approval's edited input that cannot be approved: `field` and `rule` name why (rules:
+    `type`, `max_depth`, `max_bytes`, `canonical`, `no_secret`, `storable` from the input checks,
+    `not_editable` when the proposal is absent or redacted, `not_approve` on another act)."""
+
+    def __init__(self, message: str, *, rule: str, field: str = "input") -> None:
+        super().__init__(message)
+        self.field = field
+        self.rule = rule
 
 
 class ToolNoLongerHalted(DecisionRefused):
@@ -82,17 +96,26 @@ def step_decide(
     reason: str = "",
     expected_state: str | None = None,
     expected_since: datetime | None = None,
+    edited_input: dict[str, Any] | None = None,
 ) -> DecisionResult:
-    """Record a reviewer's decision and, when it is final, move the step.
+    """Record a reviewer's decision and, when it is final, move the step. The one decision
+    service: the dashboard's forms, the reviewer API and chat buttons all call it.
 
     `expected_state` and `expected_since` are the state the reviewer saw and when the step
     entered it: if the step moved since (even out of that state and back), nothing happens and
     the reviewer is told it was already decided.
+
+    An approval binds the input under review (the step's `approval_fingerprint`), or with
+    `edited_input` the reviewer's own input (contract §3, §7): checked like the gate's input and
+    refused when the redaction would change it (InputRefused), offered only when the proposal was
+    sent and not redacted. Approvals count per fingerprint: with `required_approvals: 2` the step
+    is released when two reviewers approved the same input, and an edit starts a new count.
     """
     _require_reviewer(actor, team)
     reason = reason.strip()
     if action in REASON_REQUIRED and not reason:
         raise DecisionRefused("A reason is required for this decision.")
+    edited_fingerprint = _edited_input_fingerprint(action, edited_input)
     now = timezone.now()
     step = step_services.step_lock_for_decision(team=team, step_id=step_id)
     if (
@@ -106,14 +129,36 @@ def step_decide(
         )
     username = actor.get_username()
     approvals_so_far = 0
+    fingerprint, edited = "", False
     if action == "approve":
-        earlier = Decision.objects.filter(step=step, action="approve", decided_at__gte=step.state_entered_at)
+        fingerprint = step.approval_fingerprint
+        if edited_fingerprint is not None:
+            proposal = proposal_of(step)
+            if proposal is None or not proposal.editable:
+                raise InputRefused(
+                    "This step's input cannot be edited: the agent sent none, or it was redacted.",
+                    rule="not_editable",
+                )
+            if edited_fingerprint != fingerprint:  # an "edit" that changes nothing approves the proposal
+                fingerprint, edited = edited_fingerprint, True
+        earlier = Decision.objects.filter(
+            step=step, action="approve", decided_at__gte=step.state_entered_at, input_fingerprint=fingerprint
+        )
         if earlier.filter(reviewer=actor).exists():
             raise DecisionRefused(
-                "You already approved this step; a second reviewer must approve it.", already_decided=True
+                "You already approved this input; a second reviewer must approve it.", already_decided=True
             )
         approvals_so_far = earlier.values("reviewer").distinct().count() + 1
-    decision = Decision.objects.create(step=step, reviewer=actor, action=action, reason=reason, decided_at=now)
+    decision = Decision.objects.create(
+        step=step,
+        reviewer=actor,
+        action=action,
+        reason=reason,
+        decided_at=now,
+        input_fingerprint=fingerprint,
+        edited=edited,
+        edited_input=edited_input if edited else None,
+    )
     transitioned = step_services.step_decision_apply(
         step=step,
         action=action,
@@ -122,17 +167,30 @@ def step_decide(
         actor=username,
         now=now,
         data={"decision_id": decision.pk},
+        fingerprint=fingerprint or None,
+        edited=edited,
     )
     event_emit(
         team_id=team.pk,
         event_type="step.decided",
-        data=lambda: {
-            "step": step_representation(step),
-            "decision": {"action": action, "reviewer": username, "reason": reason, "decided_at": rfc3339(now)},
-        },
+        data=lambda: {"step": step_representation(step), "decision": decision_representation(decision)},
         step_id=step.pk,
     )
     return DecisionResult(decision=decision, step=step, transitioned=transitioned, approvals_so_far=approvals_so_far)
+
+
+def _edited_input_fingerprint(action: str, edited_input: dict[str, Any] | None) -> str | None:
+    """The edited input's fingerprint, once it passed the gate's checks and holds no secret."""
+    if edited_input is None:
+        return None
+    if action != "approve":
+        raise InputRefused("Only an approval can carry an edited input.", rule="not_approve")
+    try:
+        input_check(edited_input, field="input")
+        input_secret_check(edited_input, field="input")
+    except InputInvalid as invalid:
+        raise InputRefused(invalid.detail, field=invalid.field, rule=invalid.rule) from invalid
+    return input_fingerprint(edited_input)
 
 
 def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: User, reason: str = "") -> Tool:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Prefetch, Q
+from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
@@ -16,9 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.models import Decision
-
-from . import openapi, schema, services
+from . import hot, openapi, schema, services
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
     IdempotencyInFlight,
@@ -32,8 +30,9 @@ from .idempotency import (
 from .lifecycle import State
 from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
-from .presenters import rfc3339, step_representation
+from .presenters import decisions_prefetch, rfc3339, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
+from .proposal import proposals_load
 
 REF_PARAMETER = OpenApiParameter(
     "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
@@ -149,8 +148,11 @@ class EnvelopeIngestApi(APIView):
         raw_body = getattr(request, "_raw_body", b"")
 
         def work() -> Response:
-            answer = services.envelope_ingest(
-                team=request_team(request), payload=payload, dialect=dialect, raw_body=raw_body
+            team = request_team(request)
+            # The common case in a few statements (envelopes.hot); anything else, or nothing
+            # written there, goes through the service, which handles every case.
+            answer = hot.envelope_ingest(team=team, payload=payload, dialect=dialect) or services.envelope_ingest(
+                team=team, payload=payload, dialect=dialect, raw_body=raw_body
             )
             return Response(answer.as_dict(), status=201)
 
@@ -159,7 +161,18 @@ class EnvelopeIngestApi(APIView):
 
 class AttemptRequestInput(StrictSerializer):
     tool = serializers.RegexField(schema.TOOL_PATTERN, max_length=100)
-    input_fingerprint = serializers.RegexField(r"^[0-9a-fA-F]{64}$")
+    input_fingerprint = serializers.RegexField(
+        r"^[0-9a-fA-F]{64}$",
+        help_text="Lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the tool call's input.",
+    )
+    input = serializers.JSONField(
+        required=False,
+        help_text=(
+            "The tool call's input itself (a JSON object, at most 32 KiB in canonical form, nested at most 32"
+            " deep). The server recomputes the fingerprint over it (422 fingerprint_mismatch when it differs) and"
+            " stores it redacted, so that a reviewer reads what the approval binds (the step's `proposal`)."
+        ),
+    )
     run_id = PrintableCharField(max_length=200, required=False)
     correlation_id = PrintableCharField(max_length=200, required=False)
 
@@ -183,6 +196,7 @@ class AttemptRequestApi(APIView):
                 operation_ref=_valid_ref(ref),
                 tool_name=data["tool"],
                 fingerprint=data["input_fingerprint"].lower(),
+                input=data.get("input"),
                 run_id=data.get("run_id", ""),
                 correlation_id=data.get("correlation_id", ""),
             )
@@ -246,7 +260,7 @@ def _steps(request: Request):  # type: ignore[no-untyped-def]
     return (
         Step.objects.for_team(request_team(request))
         .select_related("tool", "last_envelope")
-        .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
+        .prefetch_related(decisions_prefetch())
     )
 
 
@@ -302,8 +316,9 @@ class StepListApi(APIView):
         if "run_id" in filters:
             steps = steps.filter(run_id=filters["run_id"])
         paginator = StepCursor()
-        page: list[Step] | None = paginator.paginate_queryset(steps, request, view=self)
-        return paginator.get_paginated_response([step_representation(step) for step in page or []])
+        page: list[Step] = paginator.paginate_queryset(steps, request, view=self) or []
+        proposals_load(page)
+        return paginator.get_paginated_response([step_representation(step) for step in page])
 
 
 def _tool(request: Request, name: str) -> Tool:

@@ -231,6 +231,9 @@ class TimerFired:
 @dataclass(frozen=True)
 class ReviewerActed:
     action: str  # approve | reject | mark_committed | permit_retry | cancel
+    # An approval of an edited input binds that input's fingerprint instead of the one under
+    # review (contract §3); None: the approval binds what the step holds.
+    fingerprint: str | None = None
 
 
 Event = EnvelopeArrived | EnvelopeRejected | AttemptRequested | VerificationReported | TimerFired | ReviewerActed
@@ -488,6 +491,8 @@ def _on_reviewer(before: Snapshot, event: ReviewerActed) -> Outcome:
     after = _enter(before, state, reason)
     if state is State.RETRY_READY:
         after = replace(after, last_attempt_reported=True)
+    if event.action == "approve" and event.fingerprint is not None:
+        after = replace(after, approval_fingerprint=event.fingerprint)
     return _moved(before, after)
 
 

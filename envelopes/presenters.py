@@ -7,9 +7,11 @@ from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
+from django.db.models import Prefetch
 
 from . import lifecycle
 from .models import Envelope, Step
+from .proposal import proposal_of
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -49,19 +51,49 @@ def api_step_path(step: Step) -> str:
     return f"/api/v1/steps/{quote(step.operation_ref, safe='')}"
 
 
+def decisions_prefetch() -> Prefetch:
+    """A list of steps' decisions with their reviewers, in one query. Decisions are the reviewer
+    app's rows (its model declares `related_name="decisions"` on Step): the core reads them
+    through that relation and never imports the app (dependencies point one way)."""
+    decision_model = Step._meta.get_field("decisions").related_model
+    return Prefetch("decisions", queryset=decision_model._default_manager.select_related("reviewer"))  # type: ignore[union-attr]
+
+
+def _edited_binding(step: Step, decisions: list[Any]) -> Any | None:
+    """The edited approval the step's binding holds (contract §4: the directive carries its input
+    until a granted attempt uses it), or None."""
+    if not step.approval_fingerprint:
+        return None
+    for decision in reversed(decisions):
+        if decision.action == "approve" and decision.input_fingerprint == step.approval_fingerprint:
+            return decision if decision.edited else None
+    return None
+
+
+def decision_representation(decision: Any) -> dict[str, Any]:
+    """A decision in the §4 step shape and the §5 `step.decided` body."""
+    return {
+        "action": decision.action,
+        "reviewer": decision.reviewer.get_username(),
+        "reason": decision.reason,
+        "decided_at": rfc3339(decision.decided_at),
+        "input_fingerprint": decision.input_fingerprint or None,  # "" when none
+        "edited": decision.edited,
+    }
+
+
 def step_representation(
     step: Step, *, directive_reason: str = "", directive_not_before: datetime | None = None
 ) -> dict[str, Any]:
-    """The step shape of §4. Reads the step's decisions (prefetched where lists are served)."""
-    decisions = [
-        {
-            "action": decision.action,
-            "reviewer": decision.reviewer.get_username(),
-            "reason": decision.reason,
-            "decided_at": rfc3339(decision.decided_at),
-        }
-        for decision in step.decisions.all()
-    ]
+    """The step shape of §4. Reads the step's decisions (prefetched where lists are served) and
+    its proposal (`proposal_of`, remembered on the instance; `proposals_load` for lists)."""
+    decisions = list(step.decisions.all())  # type: ignore[attr-defined]
+    directive = directive_representation(step, reason=directive_reason, not_before=directive_not_before)
+    edited = _edited_binding(step, decisions)
+    if edited is not None:
+        directive["input"] = edited.edited_input
+        directive["input_fingerprint"] = edited.input_fingerprint
+    proposal = proposal_of(step)
     return {
         "operation_ref": step.operation_ref,
         "tool": step.tool.name,
@@ -74,9 +106,10 @@ def step_representation(
         "max_attempts": step.tool.max_attempts,
         "not_before": rfc3339(step.not_before),
         "deadline": rfc3339(step.deadline or step.expires_at),
-        "directive": directive_representation(step, reason=directive_reason, not_before=directive_not_before),
+        "directive": directive,
         "last_envelope": envelope_summary(step.last_envelope),
-        "decisions": decisions,
+        "decisions": [decision_representation(decision) for decision in decisions],
+        "proposal": proposal.as_dict() if proposal is not None else None,
         "created_at": rfc3339(step.created_at),
         "updated_at": rfc3339(step.updated_at),
         "url": step_url(step),

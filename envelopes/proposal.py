@@ -13,6 +13,7 @@ between two inputs (`input_diff`) and the step's current proposal (`proposal_of`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +41,7 @@ __all__ = [
     "input_secret_check",
     "previous_proposal",
     "proposal_of",
+    "proposals_load",
 ]
 
 # The canonical form's size limit (contract §4): an input is read by a human, not a blob store.
@@ -312,6 +314,43 @@ def proposal_of(step: Step) -> Proposal | None:
                 proposal = _from_attempt(attempt)
     proposal_remember(step, proposal)
     return proposal
+
+
+def proposals_load(steps: Iterable[Step]) -> None:
+    """Remember the proposal of every step of a list (`proposal_of` then reads no row): two
+    queries for the page, whatever its size."""
+    from django.db.models import OuterRef, Subquery
+
+    from .models import Attempt, ProposedInput
+
+    steps = list(steps)
+    tried = [step for step in steps if step.last_fingerprint]
+    for step in steps:
+        if not step.last_fingerprint:
+            proposal_remember(step, None)
+    if not tried:
+        return
+    under_review = {
+        step.pk: step.approval_fingerprint
+        for step in tried
+        if step.approval_fingerprint and step.approval_fingerprint != step.last_fingerprint
+    }
+    refused: dict[int, Any] = {}
+    if under_review:
+        for row in ProposedInput.objects.filter(step_id__in=under_review).order_by("id"):
+            if row.fingerprint == under_review[row.step_id]:
+                refused[row.step_id] = row  # the latest wins
+    latest = Attempt.objects.filter(step_id=OuterRef("step_id")).order_by("-number").values("number")[:1]
+    attempts = {
+        attempt.step_id: attempt
+        for attempt in Attempt.objects.filter(step_id__in=[step.pk for step in tried], number=Subquery(latest))
+    }
+    for step in tried:
+        if step.pk in refused:
+            proposal_remember(step, _from_refused(refused[step.pk]))
+        else:
+            attempt = attempts.get(step.pk)
+            proposal_remember(step, _from_attempt(attempt) if attempt is not None else None)
 
 
 def previous_proposal(step: Step, proposal: Proposal) -> Proposal | None:

@@ -28,9 +28,10 @@ from .errors import (
 )
 from .events import event_emit
 from .lifecycle import State
-from .models import Attempt, AuditEvent, Envelope, Quarantine, SkippedResource, Step, Team, Tool
+from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation
-from .redaction import redact, redact_body
+from .proposal import AcceptedInput, Proposal, input_accept, proposal_remember
+from .redaction import redact_body, redact_json
 from .transitions import (
     AGENT,
     SYSTEM,
@@ -400,12 +401,20 @@ def attempt_request(
     operation_ref: str,
     tool_name: str,
     fingerprint: str,
+    input: Any = None,
     run_id: str = "",
     correlation_id: str = "",
     now: datetime | None = None,
 ) -> AttemptGrant:
-    """The attempt gate: grant one write, or raise AttemptRefused (contract §4)."""
+    """The attempt gate: grant one write, or raise AttemptRefused (contract §4).
+
+    `input` (optional, the tool call's input) is checked and must hash to `fingerprint`
+    (InputInvalid, FingerprintMismatch: nothing is stored); it is stored redacted on the
+    granted attempt, or, when the gate refuses it with `approval_mismatch`, as the input the
+    step now waits to have approved (ProposedInput). Other refusals store no input: the step's
+    binding, and so what a reviewer must read, did not change."""
     now = now or timezone.now()
+    accepted = input_accept(input, fingerprint=fingerprint) if input is not None else None
     tool = tool_auto_register(team=team, name=tool_name)
     event = lifecycle.AttemptRequested(
         fingerprint=fingerprint,
@@ -417,16 +426,27 @@ def attempt_request(
 
     def attempt_create(applied: Applied) -> bool:
         if applied.step is not None and applied.outcome.granted:
-            granted.append(
-                Attempt.objects.create(
-                    step=applied.step,
-                    number=applied.step.attempts,
-                    fingerprint=fingerprint,
-                    run_id=run_id,
-                    correlation_id=correlation_id,
-                    granted_at=now,
-                )
+            attempt = Attempt.objects.create(
+                step=applied.step,
+                number=applied.step.attempts,
+                fingerprint=fingerprint,
+                run_id=run_id,
+                correlation_id=correlation_id,
+                granted_at=now,
+                input=accepted.stored if accepted else None,
+                input_redacted=accepted.redacted if accepted else False,
             )
+            granted.append(attempt)
+            proposal_remember(applied.step, _proposal(attempt.number, fingerprint, accepted, now))
+        elif applied.step is not None and applied.outcome.refusal == "approval_mismatch":
+            ProposedInput.objects.create(
+                step=applied.step,
+                fingerprint=fingerprint,
+                input=accepted.stored if accepted else None,
+                input_redacted=accepted.redacted if accepted else False,
+                proposed_at=now,
+            )
+            proposal_remember(applied.step, _proposal(None, fingerprint, accepted, now))
         return False
 
     with transaction.atomic():
@@ -468,6 +488,16 @@ def attempt_request(
     return AttemptGrant(attempt=attempt, step=step)
 
 
+def _proposal(number: int | None, fingerprint: str, accepted: AcceptedInput | None, now: datetime) -> Proposal:
+    return Proposal(
+        attempt=number,
+        input_fingerprint=fingerprint,
+        input=accepted.stored if accepted else None,
+        input_redacted=accepted.redacted if accepted else False,
+        proposed_at=now,
+    )
+
+
 # --- verification ----------------------------------------------------------------------------
 
 
@@ -497,7 +527,8 @@ def verification_report(
     now = now or timezone.now()
     data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
     if evidence_ref:
-        data["evidence_ref"] = redact(evidence_ref).text
+        # Often JSON-ish (`{"row": ..., "dsn": ...}`): redacted as decoded values, like a body.
+        data["evidence_ref"] = redact_json(evidence_ref, credential_keys=True)[0]
     with transaction.atomic():
         applied = apply_event(
             team=team,
@@ -579,11 +610,25 @@ def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
 
 
 def step_decision_apply(
-    *, step: Step, action: str, reason: str, final: bool, actor: str, now: datetime, data: dict[str, Any]
+    *,
+    step: Step,
+    action: str,
+    reason: str,
+    final: bool,
+    actor: str,
+    now: datetime,
+    data: dict[str, Any],
+    fingerprint: str | None = None,
+    edited: bool = False,
 ) -> bool:
     """A reviewer's decision on a step the caller locked (`step_lock_for_decision`): its audit
     link and, when it is final, the act fed to the machine. A decision that is not final yet
-    (the first of two approvals) moves nothing. True when the step moved."""
+    (the first of two approvals) moves nothing. An approval's `fingerprint` is the input it
+    approved; `edited`: a reviewer's own input, whose fingerprint the step then binds (§3).
+    True when the step moved."""
+    link: dict[str, Any] = {"reason": reason}
+    if action == "approve":
+        link |= {"input_fingerprint": fingerprint, "edited": edited}
     audit_append(
         holder=step,
         kind=AuditEvent.Kind.DECISION,
@@ -591,7 +636,7 @@ def step_decision_apply(
         before=step.state,
         after=step.state,
         reason=action,
-        data={"reason": reason},
+        data=link,
         now=now,
     )
     if not final:
@@ -599,7 +644,7 @@ def step_decision_apply(
         return False
     applied = apply_event(
         step=step,
-        event=lifecycle.ReviewerActed(action=action),
+        event=lifecycle.ReviewerActed(action=action, fingerprint=fingerprint if edited else None),
         actor=actor,
         cause="decision",
         now=now,

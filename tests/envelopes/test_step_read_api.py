@@ -23,6 +23,7 @@ STEP_KEYS = {
     "directive",
     "last_envelope",
     "decisions",
+    "proposal",
     "created_at",
     "updated_at",
     "url",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -101,10 +102,51 @@ def test_a_decision_sends_step_decided_with_the_decision(
     [decided] = of_type(events, "step.decided")
     assert decided["step"]["state"] == "retry_ready"
     decision = decided["decision"]
-    assert set(decision) == {"action", "reviewer", "reason", "decided_at"}
+    assert set(decision) == {"action", "reviewer", "reason", "decided_at", "input_fingerprint", "edited"}
     assert (decision["action"], decision["reviewer"]) == ("approve", "rita")
+    assert (decision["input_fingerprint"], decision["edited"]) == (None, False)  # no attempt: nothing bound
     causes = [data["cause"] for data in of_type(events, "step.state_changed")]
     assert causes == ["envelope", "decision"]
+
+
+def test_an_edited_approval_sends_its_fingerprint_and_the_input_in_the_directive(
+    agent,
+    team: Team,
+    make_reviewer,
+    endpoint: WebhookEndpoint,
+    receiver: Receiver,  # type: ignore[no-untyped-def]
+) -> None:
+    from envelopes.proposal import input_fingerprint
+
+    asked = {"amount": 9000, "customer": "c_1", "api_key": "sk-live-4eC39HqLyjWDarjtT1zdp7dc"}
+    edited = {"amount": 500, "customer": "c_1"}
+    ref = "run_81/step_4"
+    assert agent.attempt(ref, tool="send_email", fingerprint=input_fingerprint(asked), input=asked).status_code == 201
+    body = error_envelope(
+        code="REFUND_ABOVE_LIMIT",
+        category="authorization",
+        retry={"directive": "never", "max_attempts_remaining": 0},
+        next_action="request_approval",
+        safe_details={},
+    )
+    assert agent.envelope(body).status_code == 201
+    step = Step.objects.get()
+    # The proposal was redacted (its api_key): a plain approval binds what the agent asked.
+    step_decide(team=team, step_id=step.pk, actor=make_reviewer("rita"), action="approve")
+    # The agent asks with another input: refused, back to a reviewer with that input as proposal.
+    plain = {"amount": 9000, "customer": "c_1"}
+    refused = agent.attempt(ref, tool="send_email", fingerprint=input_fingerprint(plain), input=plain)
+    assert (refused.status_code, refused.json()["code"]) == (409, "approval_mismatch")
+    assert refused.json()["step"]["proposal"]["input"] == plain
+    step_decide(team=team, step_id=step.pk, actor=make_reviewer("sam"), action="approve", edited_input=edited)
+    events = delivered_events(receiver, endpoint)
+    decided = of_type(events, "step.decided")[-1]
+    assert decided["decision"]["input_fingerprint"] == input_fingerprint(edited)
+    assert decided["decision"]["edited"] is True
+    assert decided["step"]["directive"]["input"] == edited
+    assert decided["step"]["directive"]["input_fingerprint"] == input_fingerprint(edited)
+    assert decided["step"]["proposal"]["input"] == plain
+    assert "sk-live" not in json.dumps(events)
 
 
 def test_a_service_wide_failure_sends_tool_halted_and_a_resume_sends_tool_resumed(
