@@ -43,29 +43,43 @@ QUEUE_PAGE = OpenApiResponse(
 STEP = OpenApiResponse(response=STEP_SCHEMA, description="The step (§4 shape); the ETag header is its tag")
 
 
-def _problem(description: str) -> OpenApiResponse:
-    return OpenApiResponse(response={"application/problem+json": PROBLEM_SCHEMA}, description=description)  # type: ignore[arg-type]
+PROBLEM = "application/problem+json"
 
 
-READ_PROBLEMS = {
-    401: _problem("No, unknown, expired or revoked reviewer token"),
-    403: _problem("reviewer_token_required: an agent API key (hp_...) is never accepted here"),
-    404: _problem("Not found: an unknown team, a team you are not a member of, or no such step in it"),
-    422: _problem("A query parameter breaks the schema"),
-    429: _problem("Throttled; see Retry-After"),
-}
-DECISION_PROBLEMS = {
-    400: _problem("Malformed JSON"),
-    401: READ_PROBLEMS[401],
-    403: _problem("role_required (a viewer), or reviewer_token_required (an agent API key)"),
-    404: READ_PROBLEMS[404],
-    409: _problem("decision_not_allowed: the step's state does not allow the action, or you already approved"),
-    412: _problem("step_changed: the step moved since the If-Match ETag (already decided); `step` is the step now"),
-    413: _problem("Body larger than 64 KiB"),
-    422: _problem("reason_required, an unknown action, input for another action than approve, a refused input"),
-    428: _problem("precondition_required: no If-Match"),
-    429: READ_PROBLEMS[429],
-}
+def _problems(answers: dict[int, str]) -> dict[tuple[int, str], OpenApiResponse]:
+    """Responses keyed by (status, media type): errors are documented as problem+json."""
+    return {
+        (status, PROBLEM): OpenApiResponse(response=PROBLEM_SCHEMA, description=text)
+        for status, text in answers.items()
+    }
+
+
+_UNAUTHENTICATED = "No, unknown, expired or revoked reviewer token"
+_NOT_FOUND = "Not found: an unknown team, a team you are not a member of, or no such step in it"
+_THROTTLED = "Throttled; see Retry-After"
+READ_PROBLEMS = _problems(
+    {
+        401: _UNAUTHENTICATED,
+        403: "reviewer_token_required: an agent API key (hp_...) is never accepted here",
+        404: _NOT_FOUND,
+        422: "A query parameter breaks the schema",
+        429: _THROTTLED,
+    }
+)
+DECISION_PROBLEMS = _problems(
+    {
+        400: "Malformed JSON",
+        401: _UNAUTHENTICATED,
+        403: "role_required (a viewer), or reviewer_token_required (an agent API key)",
+        404: _NOT_FOUND,
+        409: "decision_not_allowed: the step's state does not allow the action, or you already approved",
+        412: "step_changed: the step moved since the If-Match ETag (already decided); `step` is the step now",
+        413: "Body larger than 64 KiB",
+        422: "reason_required, an unknown action, input for another action than approve, input_refused",
+        428: "precondition_required: no If-Match",
+        429: _THROTTLED,
+    }
+)
 
 TEAM_PARAMETER = OpenApiParameter("team", str, OpenApiParameter.PATH, description="The team's slug.")
 REF_PARAMETER = OpenApiParameter(
@@ -122,6 +136,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["412"],
+        media_type=PROBLEM,
     ),
     OpenApiExample(
         "No If-Match",
@@ -134,6 +149,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["428"],
+        media_type=PROBLEM,
     ),
     OpenApiExample(
         "A reason is missing",
@@ -147,6 +163,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["422"],
+        media_type=PROBLEM,
     ),
 ]
 

@@ -1,0 +1,60 @@
+"""The reviewer API in the OpenAPI document: its three paths, the reviewer token scheme, every
+answer of §10 and the examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+
+pytestmark = pytest.mark.django_db
+
+DECIDE = "/api/v1/teams/{team}/steps/{ref}/decisions"
+
+
+@pytest.fixture
+def document(client: Any) -> dict[str, Any]:
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    validate(body)
+    return body
+
+
+def test_the_reviewer_paths_are_documented_with_the_reviewer_token(document: dict[str, Any]) -> None:
+    paths = document["paths"]
+    for path, method in [
+        ("/api/v1/teams/{team}/queue", "get"),
+        ("/api/v1/teams/{team}/steps/{ref}", "get"),
+        (DECIDE, "post"),
+    ]:
+        assert path in paths, sorted(paths)
+        assert paths[path][method]["security"] == [{"ReviewerToken": []}]
+    scheme = document["components"]["securitySchemes"]["ReviewerToken"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    assert "hpr_" in scheme["bearerFormat"]
+    # The agent API still says it takes agent keys only.
+    assert document["paths"]["/api/v1/envelopes"]["post"]["security"] == [{"ApiKey": []}]
+
+
+def test_the_decision_documents_each_answer_of_section_10_with_examples(document: dict[str, Any]) -> None:
+    operation = document["paths"][DECIDE]["post"]
+
+    assert set(operation["responses"]) >= {"201", "400", "401", "403", "404", "409", "412", "422", "428"}
+    assert "step_changed" in operation["responses"]["412"]["description"]
+    assert "precondition_required" in operation["responses"]["428"]["description"]
+    if_match = next(p for p in operation["parameters"] if p["name"] == "If-Match")
+    assert (if_match["in"], if_match["required"]) == ("header", True)
+    request_examples = operation["requestBody"]["content"]["application/json"]["examples"]
+    assert {example["value"]["action"] for example in request_examples.values()} == {"approve", "reject"}
+    assert any("input" in example["value"] for example in request_examples.values())
+    decided = operation["responses"]["201"]["content"]["application/json"]
+    assert set(decided["schema"]["properties"]) == {"decision", "step"}
+    assert decided["examples"]
+    assert operation["responses"]["412"]["content"]["application/problem+json"]["examples"]
+    body = document["components"]["schemas"][
+        operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    ]
+    assert body["properties"]["action"]
+    assert set(body["properties"]) == {"action", "reason", "input"}
