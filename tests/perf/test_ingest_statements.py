@@ -1,0 +1,167 @@
+"""Issue 14: the ingest's round trips are pinned, and its hot path (envelopes.hot) writes exactly
+what the service (envelopes.services.envelope_ingest) writes.
+
+The counts are of SQL statements through the API door, key lookup included; a test runs inside
+a transaction, so the request's BEGIN and COMMIT are a SAVEPOINT and its RELEASE here, and
+count the same."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from envelopes import hot, services
+from envelopes.audit import audit_verify
+from envelopes.events import DomainEvent
+from envelopes.models import AuditEvent, Envelope, Step, Team
+from envelopes.transitions import tool_get_or_register
+from tests.conftest import AgentClient, error_envelope, success_envelope, unknown_outcome
+from webhooks.models import OutboxMessage
+from webhooks.services import endpoint_create
+
+NEW_STEP_MAX = 8
+REPEAT_MAX = 7
+
+
+@pytest.fixture
+def endpoint(team: Team, settings):  # type: ignore[no-untyped-def]
+    """One webhook endpoint, so that every transition writes its outbox (issue 14's ingest)."""
+    settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
+    return endpoint_create(team=team, url="http://127.0.0.1:9/hook").endpoint
+
+
+def test_a_new_step_ingest_is_at_most_8_statements(agent: AgentClient, endpoint, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    agent.envelope(error_envelope(operation_ref="warm-up"))  # the process's first call builds its SQL once
+
+    with django_assert_max_num_queries(NEW_STEP_MAX):
+        answer = agent.envelope(error_envelope(operation_ref="new-1"))
+
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["step"]["state"] == "needs_input"
+    step = Step.objects.get(operation_ref="new-1")
+    assert OutboxMessage.objects.filter(step_id=step.pk, endpoint=endpoint).count() == 1
+    assert DomainEvent.objects.filter(step_id=step.pk, type="step.state_changed").count() == 1
+
+
+def test_a_repeat_ingest_is_at_most_7_statements(agent: AgentClient, endpoint, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    agent.envelope(error_envelope(operation_ref="rep-1"))
+
+    with django_assert_max_num_queries(REPEAT_MAX):
+        answer = agent.envelope(success_envelope(operation_ref="rep-1"))
+
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["step"]["state"] == "succeeded"
+    step = Step.objects.get(operation_ref="rep-1")
+    assert OutboxMessage.objects.filter(step_id=step.pk).count() == 2
+    assert step.audit_seq == 2
+
+
+def test_the_counts_are_those_of_the_hot_path(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+    """What the limits above hold down: the service alone takes more round trips."""
+    agent.envelope(error_envelope(operation_ref="warm-up"))
+    with CaptureQueriesContext(connection) as hot_path:
+        agent.envelope(error_envelope(operation_ref="hot-1"))
+    with CaptureQueriesContext(connection) as service:
+        services.envelope_ingest(
+            team=endpoint.team, payload=error_envelope(operation_ref="svc-1"), dialect="canonical", raw_body=b""
+        )
+
+    assert len(hot_path) <= NEW_STEP_MAX < len(service)
+
+
+# --- the hot path writes what the service writes ---------------------------------------------
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+VOLATILE = {"id", "step_id", "step", "envelope_id", "team_id", "operation_ref", "chain", "hash", "prev_hash"}
+VOLATILE |= {"audit_head", "last_envelope_id", "url", "correlation_id", "created_at", "updated_at"}
+
+
+def _row(instance: Any) -> dict[str, Any]:
+    return {
+        f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields if f.attname not in VOLATILE
+    }
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items() if key not in VOLATILE}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return value
+
+
+def _written(ref: str) -> dict[str, Any]:
+    step = Step.objects.get(operation_ref=ref)
+    return {
+        "step": _row(step),
+        "envelopes": [_row(e) for e in Envelope.objects.filter(step=step).order_by("id")],
+        "audit": [_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
+        "events": [_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")],
+        "outbox": OutboxMessage.objects.filter(step_id=step.pk).count(),
+    }
+
+
+def _answer(answer: services.IngestAnswer) -> dict[str, Any]:
+    return _shape(answer.as_dict())
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [error_envelope()],
+        [error_envelope(run_id="run-7", correlation_id="corr-7", safe_details={"field": "x", "password": "p"})],
+        [error_envelope(), success_envelope()],
+        [unknown_outcome(), unknown_outcome()],
+        [
+            error_envelope(code="NOT_IN_THE_CATALOG"),
+            error_envelope(
+                retry={"directive": "never", "max_attempts_remaining": 0},
+                next_action="request_approval",
+                code="AMOUNT_OVER_LIMIT",
+                category="authorization",
+            ),
+        ],
+    ],
+    ids=["new", "new-with-ids", "then-success", "unknown-twice", "undocumented-then-held"],
+)
+def test_the_hot_path_writes_what_the_service_writes(team: Team, endpoint, bodies: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
+    tool_get_or_register(team=team, name="send_email")  # a new tool is the service's to register
+    for body in bodies:
+        hot_answer = hot.envelope_ingest(
+            team=team, payload={**body, "operation_ref": "hot"}, dialect="canonical", now=NOW
+        )
+        assert hot_answer is not None, "the common case takes the hot path"
+        service_answer = services.envelope_ingest(
+            team=team, payload={**body, "operation_ref": "svc"}, dialect="canonical", raw_body=b"", now=NOW
+        )
+        assert _answer(hot_answer) == _answer(service_answer)
+
+    assert _written("hot") == _written("svc")
+    assert audit_verify() == []
+
+
+def test_what_the_hot_path_leaves_to_the_service(team: Team) -> None:
+    """Nothing is written by the hot path for these; the service then does everything."""
+    assert hot.envelope_ingest(team=team, payload=error_envelope(), dialect="canonical") is None  # a new tool
+    services.envelope_ingest(
+        team=team, payload=error_envelope(operation_ref="first"), dialect="canonical", raw_body=b""
+    )
+    steps = Step.objects.count()
+
+    for payload, dialect in [
+        (error_envelope(code="bad code"), "canonical"),  # rejected: quarantined by the service
+        (error_envelope(scope="service"), "canonical"),  # halts the tool
+        (error_envelope(), "compact"),
+        ("not an object", "canonical"),
+    ]:
+        assert hot.envelope_ingest(team=team, payload=payload, dialect=dialect) is None
+
+    services.envelope_ingest(
+        team=team, payload=success_envelope(operation_ref="done"), dialect="canonical", raw_body=b""
+    )
+    assert hot.envelope_ingest(team=team, payload=error_envelope(operation_ref="done"), dialect="canonical") is None
+    assert Step.objects.count() == steps + 1
