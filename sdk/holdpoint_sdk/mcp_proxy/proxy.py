@@ -6,9 +6,15 @@ For one guarded call the proxy
 1. fixes the `operation_ref`: the client's `_meta["dev.holdpoint/operation_ref"]` when it sends
    one, else `<run_id>/<tool>/<first 32 hex of the input fingerprint>`, so that an identical
    retry is the same step (and a committed write is refused `already_committed`);
-2. asks the attempt gate with the input's RFC 8785 fingerprint (and the input itself, when the
-   server takes it); a refusal is answered with an `isError` result saying what the directive
-   says, and the upstream is not called;
+2. asks the attempt gate with the input's RFC 8785 fingerprint and the input itself (contract
+   v1.1: the reviewer reads what they approve). An input the gate will not take (over 32 KiB
+   canonical, checked here; too deep or otherwise refused with a 422 naming `input`) is gated by
+   its fingerprint alone, asked again under a new key: the write stays gated, the call still
+   runs, and the answer says the reviewer sees only a fingerprint (`input_sent: false`,
+   `input_withheld`). A refusal is answered with an `isError` result saying what the directive
+   says, and the upstream is not called. After a reviewer approved an edited input (the
+   directive carries `input`), the upstream is called with that input, never the client's, and
+   the answer says so (`input_edited`, `input`, and the text line);
 3. on a grant calls the upstream (passing `dev.holdpoint/*` keys in `_meta`), turns what came
    back into an envelope and posts it with an Idempotency-Key:
    - a `structuredContent` that is an envelope goes as the `mcp` dialect (the proxy fills in
@@ -33,6 +39,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,7 +48,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from ..client import AsyncHoldpoint, Dialect
-from ..envelopes import Failure, input_fingerprint, now_utc, success_envelope
+from ..envelopes import MAX_INPUT_BYTES, Failure, canonical_json, input_fingerprint, now_utc, success_envelope
 from ..errors import (
     AttemptRefused,
     DecisionTimeout,
@@ -65,6 +72,7 @@ MAX_REPORTED_CONTENT = 16 * 1024
 MAX_REPORTED_RESULT = 16 * 1024
 MAX_MESSAGE = 500
 MAX_ROUNDS = 6  # gate -> call -> report rounds in one tools/call (waits for a reviewer included)
+MAX_HELD_REFS = 1024  # steps this process answered "held" for, read again before the next gate
 
 
 class Upstream(Protocol):
@@ -193,6 +201,9 @@ class _Call:
     attempt: int | None = None
     step: Step | None = None
     approved: bool = False
+    input_sent: bool = False  # the gate received the input itself, not only its fingerprint
+    input_withheld: str | None = None  # why it did not, when the proxy meant to send it
+    input_edited: bool = False  # a reviewer approved an edited input: `arguments` is theirs
 
 
 class HoldpointProxy:
@@ -206,6 +217,12 @@ class HoldpointProxy:
         # relearned after a restart, never state Holdpoint depends on.
         self.server_takes_input: bool | None = None
         self.closed_schemas: set[str] = set()  # tools whose outputSchema forbids extra keys
+        # Steps this process answered "held for a reviewer": before the next gate on one of them,
+        # the step is read, so that an approval with an edited input is run rather than refused
+        # (the gate would refuse the client's own input with approval_mismatch and hold the step
+        # again). A cache: after a restart the worst case is that second review, never a write
+        # of an input nobody approved.
+        self.held_refs: OrderedDict[str, None] = OrderedDict()
 
     # --- pass-through ---------------------------------------------------------------------
 
@@ -253,6 +270,7 @@ class HoldpointProxy:
         )
         call.operation_ref = self._operation_ref(call)
         try:
+            await self._approved_input_first(call)
             return await self._guarded(call)
         except HoldpointUnavailable as error:
             return self._local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
@@ -319,33 +337,92 @@ class HoldpointProxy:
             return self._answer(call, result, failure, step, directive, reported=reported)
         return self._local_error(f"Holdpoint: step {call.operation_ref} did not settle; call again later.")
 
-    def _take_approved_input(self, call: _Call, directive: Mapping[str, Any]) -> None:
+    def _take_approved_input(self, call: _Call, directive: Mapping[str, Any] | None) -> None:
         """After an approval with an edited input (contract v1.1), the approved input runs."""
-        approved = directive.get("input")
-        if isinstance(approved, Mapping):
+        approved = (directive or {}).get("input")
+        if isinstance(approved, Mapping) and input_fingerprint(approved) != call.fingerprint:
             call.arguments = dict(approved)
             call.fingerprint = input_fingerprint(call.arguments)
+            call.input_edited = True
+
+    async def _approved_input_first(self, call: _Call) -> None:
+        """Take a pending edited approval of the step before asking the gate: the one this
+        client last read, or, for a step this process answered "held", the step as it is now."""
+        remembered = self.holdpoint.approved_input(call.operation_ref)
+        if remembered is not None:
+            self._take_approved_input(call, {"input": remembered})
+            return
+        if call.operation_ref not in self.held_refs:
+            return
+        try:
+            step = await self.holdpoint.get_step(call.operation_ref)
+        except HoldpointError as error:
+            logger.info("could not read held step %s (%s); asking the gate", call.operation_ref, error.code)
+            return
+        if step["directive"]["action"] != "hold":
+            self.held_refs.pop(call.operation_ref, None)
+        self._take_approved_input(call, step["directive"])
+
+    def _remember_held(self, call: _Call, directive: Mapping[str, Any]) -> None:
+        if directive.get("action") == "hold":
+            self.held_refs[call.operation_ref] = None
+            self.held_refs.move_to_end(call.operation_ref)
+            while len(self.held_refs) > MAX_HELD_REFS:
+                self.held_refs.popitem(last=False)
+        else:
+            self.held_refs.pop(call.operation_ref, None)
+
+    def _input_for_gate(self, call: _Call) -> dict[str, Any] | None:
+        """The input as the gate takes it, or None (and `call.input_withheld` says why)."""
+        call.input_withheld = None
+        if self.config.send_input == "never":
+            return None
+        if self.config.send_input == "auto" and self.server_takes_input is False:
+            call.input_withheld = "this Holdpoint does not take input on attempts (contract v1)"
+            return None
+        size = len(canonical_json(call.arguments))
+        if size > MAX_INPUT_BYTES:
+            call.input_withheld = f"its canonical form is {size} bytes, over the {MAX_INPUT_BYTES} the gate takes"
+            logger.info("not sending the input of %s on %s: %s", call.tool, call.operation_ref, call.input_withheld)
+            return None
+        return call.arguments
 
     async def _ask_gate(self, call: _Call) -> Any:
-        send_input = self.config.send_input == "always" or (
-            self.config.send_input == "auto" and self.server_takes_input is not False
-        )
+        sent = self._input_for_gate(call)
         try:
-            return await self.holdpoint.request_attempt(
-                call.operation_ref,
-                tool=call.tool,
-                input_fingerprint=call.fingerprint,
-                input=call.arguments if send_input else None,
-                run_id=call.run_id,
-                idempotency_key="att_" + uuid.uuid4().hex,
-            )
+            grant = await self._gate(call, sent)
         except ValidationFailed as error:
-            refused_input = any(e.get("field") == "input" for e in error.errors)
-            if not (send_input and refused_input and self.config.send_input == "auto"):
-                raise
-            logger.info("Holdpoint does not take `input` on attempts (contract v1); sending fingerprints only")
-            self.server_takes_input = False
-            return await self._ask_gate(call)
+            refused = [e for e in error.errors if isinstance(e, Mapping) and _names_input(e.get("field"))]
+            if sent is None or not refused or self.config.send_input == "always":
+                raise  # a fingerprint mismatch is never papered over; "always" means always
+            rules = ", ".join(sorted({str(e.get("rule") or "?") for e in refused}))
+            if any(e.get("rule") == "additionalProperties" for e in refused):
+                logger.info("Holdpoint does not take `input` on attempts (contract v1); sending fingerprints only")
+                self.server_takes_input = False
+            # The gate still gates the write by its fingerprint; the reviewer sees no input.
+            call.input_withheld = f"Holdpoint refused it ({rules})"
+            logger.warning(
+                "the attempt gate refused the input of %s on %s (%s); asking again with its fingerprint only",
+                call.tool,
+                call.operation_ref,
+                rules,
+            )
+            grant, sent = await self._gate(call, None), None
+        except AttemptRefused:
+            call.input_sent = sent is not None
+            raise
+        call.input_sent = sent is not None
+        return grant
+
+    async def _gate(self, call: _Call, sent: Mapping[str, Any] | None) -> Any:
+        return await self.holdpoint.request_attempt(
+            call.operation_ref,
+            tool=call.tool,
+            input_fingerprint=call.fingerprint,
+            input=sent,
+            run_id=call.run_id,
+            idempotency_key="att_" + uuid.uuid4().hex,  # a new key: another body
+        )
 
     async def _wait(self, call: _Call, seconds: float) -> tuple[Step | None, float]:
         started = time.monotonic()
@@ -513,9 +590,24 @@ class HoldpointProxy:
             "state": (step or {}).get("state"),
             "step_url": (step or {}).get("url"),
             "directive": dict(directive),
+            "input_sent": call.input_sent,
         }
+        if call.input_withheld:
+            block["input_withheld"] = call.input_withheld
+        if call.input_edited:
+            # Approved by a reviewer (Holdpoint refuses an edit that carries a secret).
+            block["input_edited"] = True
+            block["input"] = call.arguments
         block.update(more)
         return block
+
+    def _line(self, call: _Call, step: Mapping[str, Any] | None, directive: Mapping[str, Any]) -> str:
+        line = describe(directive, step, call.operation_ref)
+        if call.input_edited:
+            line += " A reviewer approved an edited input: the tool was called with it, not with yours (see input)."
+        if directive.get("action") == "hold" and call.input_withheld:
+            line += f" The reviewer sees only the input's fingerprint: {call.input_withheld}."
+        return line
 
     def _decorate(self, call: _Call, result: dict[str, Any], block: dict[str, Any], line: str) -> dict[str, Any]:
         out = dict(result)
@@ -533,7 +625,8 @@ class HoldpointProxy:
 
     def _refused(self, call: _Call, code: str, step: Step | None, directive: Mapping[str, Any]) -> dict[str, Any]:
         block = self._holdpoint_block(call, step, directive, refused=code)
-        line = describe(directive, step, call.operation_ref) + " The tool was not called."
+        self._remember_held(call, directive)
+        line = self._line(call, step, directive) + " The tool was not called."
         return self._decorate(call, {"content": [], "isError": True}, block, line)
 
     def _answer(
@@ -547,7 +640,8 @@ class HoldpointProxy:
         reported: bool,
     ) -> dict[str, Any]:
         block = self._holdpoint_block(call, step, directive, reported=reported)
-        line = describe(directive, step, call.operation_ref)
+        self._remember_held(call, directive)
+        line = self._line(call, step, directive)
         if not reported:
             line += " (Holdpoint could not be told of this call; its next attempt will ask for verification.)"
         if result is None:
@@ -565,6 +659,12 @@ class HoldpointProxy:
 
     def _local_error(self, text: str) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def _names_input(field: Any) -> bool:
+    """An error about `input` itself (too large, too deep, not an object, unknown to a v1
+    server), not about `input_fingerprint`."""
+    return isinstance(field, str) and (field == "input" or field.startswith(("input.", "input/", "input[")))
 
 
 def _approved(step: Mapping[str, Any], fingerprint: str) -> bool:
