@@ -9,7 +9,7 @@ from django.http import HttpRequest
 
 from approvals.templatetags.holdpoint import host
 
-from .models import Channel, Message, SendTry
+from .models import Channel, Message, SendTry, SlackLink
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -69,3 +69,20 @@ class MessageAdmin(ReadOnly):
     fields = ("message_id", "team", "channel", "kind", "subject", "text", "status", "tries", "next_try_at", "sent_at")
     readonly_fields = fields
     inlines = [SendTryInline]
+
+
+@admin.register(SlackLink)
+class SlackLinkAdmin(admin.ModelAdmin):
+    """Slack members linked to users (§10). Users link at /account/; staff may unlink one (a
+    person who left), never make one: a link must be proved by both sides."""
+
+    list_display = ("user", "slack_team_id", "slack_user_id", "created_at")
+    search_fields = ("user__username", "slack_user_id", "slack_team_id")
+    fields = list_display
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -25,6 +25,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -237,11 +238,11 @@ def press_handle(press: Press) -> None:
         result = services.decide_with_etag(
             user=user, team_slug=press.team, operation_ref=press.operation_ref, action="approve", etag=press.etag
         )
-    except errors.StepChanged as moved:
+    except errors.StepChanged:
         step = services.step_of_team(
             services.team_membership(user=user, team_slug=press.team).team, press.operation_ref
         )
-        reply_enqueue(press, _reply(_already_decided(step, str(moved)), replace=True, **_step_link(step.pk)))
+        reply_enqueue(press, _reply(_already_decided(step), replace=True, **_step_link(step.pk)))
         return
     except (errors.TeamNotFound, StepNotFound):
         reply_enqueue(
@@ -274,18 +275,27 @@ def _step_link(step_id: int) -> dict[str, str]:
     return {"link": f"{base_url()}/steps/{step_id}/", "link_text": "Open the step page"}
 
 
-def _already_decided(step: Any, detail: str) -> str:
+def _already_decided(step: Any) -> str:
+    """What a stale Approve tells everyone in the channel: who decided, or, while the step is
+    still held (another reviewer's first of two approvals, a new envelope), that it changed."""
     from approvals.models import Decision
 
-    decision = Decision.objects.filter(step=step).select_related("reviewer").order_by("-decided_at", "-id").first()
-    if decision is not None:
+    what = f"{step.tool.name} {step.operation_ref}"
+    if step.held:
         return (
-            f"Already decided by {decision.reviewer.get_username()} ({decision.action}): "
-            f"{step.tool.name} {step.operation_ref} is now {step.state.replace('_', ' ')}."
+            f"Not decided: {what} changed since this message was sent ({step.reason}); "
+            "decide on the step page, where it is shown as it is now."
         )
-    return (
-        f"Already decided: {step.tool.name} {step.operation_ref} is now {step.state.replace('_', ' ')} ({step.reason})."
+    decision = (
+        Decision.objects.filter(step=step, decided_at__gte=step.state_entered_at - timedelta(seconds=1))
+        .select_related("reviewer")
+        .order_by("-decided_at", "-id")
+        .first()
     )
+    state = step.state.replace("_", " ")
+    if decision is not None:
+        return f"Already decided by {decision.reviewer.get_username()} ({decision.action}): {what} is now {state}."
+    return f"Not decided: {what} is now {state} ({step.reason})."
 
 
 # --- the endpoint ------------------------------------------------------------------------------

@@ -31,3 +31,14 @@ def test_channels_and_messages_are_listed_without_secrets_and_cannot_be_changed(
     assert admin_client.get("/admin/notifications/channel/add/").status_code == 403
     assert admin_client.post(f"/admin/notifications/message/{message.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Channel.objects.count() == 2 and Message.objects.count() == 1
+
+
+def test_staff_may_unlink_a_slack_member_but_never_link_one(admin_client: Any, make_reviewer: Any) -> None:
+    from notifications.models import SlackLink
+
+    link = SlackLink.objects.create(user=make_reviewer("rita"), slack_team_id="T0HOLDPT", slack_user_id="U0RITA")
+    listing = admin_client.get("/admin/notifications/slacklink/")
+    assert listing.status_code == 200 and "U0RITA" in listing.content.decode()
+    assert admin_client.get("/admin/notifications/slacklink/add/").status_code == 403
+    assert admin_client.post(f"/admin/notifications/slacklink/{link.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not SlackLink.objects.exists()

@@ -180,6 +180,29 @@ def test_with_two_approvals_required_the_first_press_says_so(
     assert replies(receiver)[0]["text"].startswith("Approved by rita (1 of 2 approvals)")
 
 
+def test_a_press_on_a_message_whose_step_changed_but_is_still_held_says_so(
+    team: Team, agent: AgentClient, slack: SlackReceiver, receiver: Receiver, make_reviewer: Any
+) -> None:
+    """Two approvals required: rita's first (on the dashboard) changes the step, so sam's press
+    on the older message decides nothing, and the message says where to decide now."""
+    from django.core.management import call_command
+
+    from approvals.services import step_decide
+
+    call_command("configuretool", "acme", "charge_card", "required_approvals=2")
+    channel_create(team=team, kind="slack", target=slack.url())
+    step = hold(agent, "run_8/refund")
+    notify()
+    step_decide(team=team, step_id=step.pk, actor=make_reviewer("rita", "reviewer"), action="approve")
+    link(make_reviewer("sam", "reviewer"), "U0SAM")
+    assert post(press(approve_value(slack), "U0SAM", receiver.url())).status_code == 200
+
+    assert list(Decision.objects.values_list("reviewer__username", flat=True)) == ["rita"]
+    (reply,) = replies(receiver)
+    assert reply["replace_original"] is True
+    assert reply["text"].startswith("Not decided: charge_card run_8/refund changed since this message was sent")
+
+
 def test_an_unlinked_member_is_told_where_to_link_and_nothing_is_decided_until_they_do(
     team: Team, held: Step, slack: SlackReceiver, receiver: Receiver, make_reviewer: Any
 ) -> None:
