@@ -54,6 +54,36 @@ def audit_append(
 ) -> AuditEvent:
     """Append one link to the holder's chain. The caller holds the holder's row lock and saves
     `audit_seq` / `audit_head`, which this function advances on the instance."""
+    event = audit_link(
+        holder=holder,
+        kind=kind,
+        actor=actor,
+        before=before,
+        after=after,
+        reason=reason,
+        held_seconds=held_seconds,
+        data=data,
+        now=now,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def audit_link(
+    *,
+    holder: Step | Tool,
+    kind: str,
+    actor: str,
+    before: str = "",
+    after: str = "",
+    reason: str = "",
+    held_seconds: float | None = None,
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> AuditEvent:
+    """The next link of the holder's chain, hashed, not saved yet (`audit_append` saves it; the
+    ingest's hot path writes it in one statement with the rows of the same change). Advances the
+    holder's `audit_seq` / `audit_head`."""
     if isinstance(holder, Step):
         chain, step_id, tool_id = f"step:{holder.pk}", holder.pk, holder.tool_id
     else:
@@ -75,7 +105,6 @@ def audit_append(
         prev_hash=holder.audit_head or GENESIS,
     )
     event.hash = _link_hash(event.prev_hash, _event_fields(event))
-    event.save(force_insert=True)
     holder.audit_seq = event.seq
     holder.audit_head = event.hash
     return event

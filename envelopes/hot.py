@@ -9,15 +9,17 @@ the domain-event consumers) but with its round trips folded:
 1. one read, in the transaction: the tool, whether the code is documented, the step locked
    FOR UPDATE (if any), whether it has decisions, and the ids of the rows to write
    (`nextval`), so that the audit link's hash and the event's body can be computed first;
-2. one statement writing the step (INSERT, or UPDATE of the locked row), its audit link, the
-   envelope and the domain event (data-modifying WITH queries);
+2. `transitions.event_plan` (apply_event's work without its writes: the machine's answer
+   copied, the audit links hashed), then one statement writing the step (INSERT, or UPDATE of
+   the locked row), its audit links, the envelope and the domain event (data-modifying WITH
+   queries);
 3. the consumers of the event stream, as `events.event_emit` would call them (the webhook
    outbox, notifications), in the same transaction.
 
 Anything else (another dialect, a new tool, a rejected or strict-undocumented envelope, a
 closed step, a halt, a skipped resource, a race on a new step) answers None before anything
 is committed, and the caller runs `services.envelope_ingest`, which handles every case. The
-tests in tests/perf check that both paths write the same rows.
+tests in tests/perf check that both paths write the same rows and answer the same.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from . import hot_sql, lifecycle, schema
-from .audit import GENESIS, _event_fields, _link_hash
 from .events import DomainEvent, consumers
-from .lifecycle import HELD, TERMINAL, Outcome, Snapshot
-from .models import AuditEvent, Envelope, ErrorCode, Step, Team, Tool
-from .presenters import step_representation
+from .lifecycle import TERMINAL
+from .models import Envelope, ErrorCode, Step, Team, Tool
+from .presenters import decisions_prefetch, step_representation
 from .services import IngestAnswer
-from .transitions import AGENT, copy_snapshot, mark_new
+from .transitions import AGENT, event_plan
 
 
 class _NotHot(Exception):
@@ -59,6 +60,12 @@ def envelope_ingest(*, team: Team, payload: Any, dialect: str, now: datetime | N
             return _ingest(team, payload, tool_name, operation_ref, code or "", now or timezone.now())
     except (_NotHot, IntegrityError):  # IntegrityError: another request created the step first
         return None
+
+
+@functools.cache
+def _no_decisions() -> Any:
+    """An empty queryset of decisions, built once (iterating it reads nothing)."""
+    return Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
 
 
 @functools.cache
@@ -139,47 +146,30 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         verification_deadline_s=tool.verification_deadline_s,
         approval_ttl_s=tool.approval_ttl_s,
     )
-    run_id = parsed.run_id or ""
-    created = step is None
-    if step is None:
-        before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
-        outcome = lifecycle.advance(before, event, now)
-        if outcome.after.state is None:
-            raise _NotHot("no step to create")
-        # transitions._step_insert's row.
-        step = Step(
-            id=new_step_id,
-            team=team,
-            tool=tool,
-            operation_ref=operation_ref,
-            correlation_id=correlation_id,
-            run_id=run_id,
-            state=outcome.after.state.value,
-            reason=outcome.after.reason,
-            created_at=now,
-            updated_at=now,
-            state_entered_at=now,
-        )
-        mark_new(step)
-    else:
+    if step is not None:
         if step.tool_id != tool.pk or step.state in TERMINAL:
             raise _NotHot("a tool mismatch or a closed step is the service's")
-        step.tool = tool
         step.team = team
         if has_decisions:
-            prefetch_related_objects([step], "decisions__reviewer")
+            prefetch_related_objects([step], decisions_prefetch())
         else:  # no decisions to read: the answer need not ask
-            step._prefetched_objects_cache = {"decisions": step.decisions.none()}  # type: ignore[attr-defined]
-        before = step.snapshot()
-        outcome = lifecycle.advance(before, event, now)
-
-    # transitions.apply_event, for an envelope: copy, fill, audit, envelope, save, emit.
-    copy_snapshot(step, outcome.after)
-    if not step.correlation_id and correlation_id:
-        step.correlation_id = correlation_id
-    if not step.run_id and run_id:
-        step.run_id = run_id
-    links = _audit_links(step, before, outcome, now=now)
+            step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[attr-defined]
+    applied = event_plan(
+        event=event,
+        actor=AGENT,
+        cause="envelope",
+        now=now,
+        team=team,
+        tool=tool,
+        operation_ref=operation_ref,
+        step=step,
+        new_step_id=new_step_id,
+        correlation_id=correlation_id,
+        run_id=parsed.run_id or "",
+    )
+    if applied is None or applied.step is None:
+        raise _NotHot("no step to create")
+    step, outcome, created, links = applied.step, applied.outcome, applied.created, applied.audit_events
     envelope = Envelope(
         id=envelope_id,
         team=team,
@@ -214,7 +204,7 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
     )
     if not outcome.ignored:
         step.last_envelope = envelope
-    step.updated_at = now  # transitions.step_save
+    step.updated_at = now  # transitions.step_save's changes
     step.version += 1
 
     statements = [hot_sql.insert(step) if created else hot_sql.update(step)]
@@ -250,35 +240,3 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         dropped_detail_keys=parsed.dropped_detail_keys,
         flags=tuple(sorted(flags)),
     )
-
-
-def _audit_links(step: Step, before: Snapshot, outcome: Outcome, *, now: datetime) -> list[AuditEvent]:
-    """transitions.record for an envelope (which is never refused): the transition's link,
-    built as audit.audit_append builds it, not saved yet."""
-    if not outcome.changed:
-        return []
-    held_seconds = None
-    if before.state in HELD and before.state != outcome.after.state:
-        held_seconds = max(0.0, (now - step.state_entered_at).total_seconds())
-    if before.state != outcome.after.state:
-        step.state_entered_at = now
-    link = AuditEvent(
-        team_id=step.team_id,
-        chain=f"step:{step.pk}",
-        seq=step.audit_seq + 1,
-        step_id=step.pk,
-        tool_id=step.tool_id,
-        kind=AuditEvent.Kind.TRANSITION,
-        actor=AGENT,
-        before=before.state.value if before.state else "",
-        after=step.state,
-        reason=step.reason,
-        held_seconds=None if held_seconds is None else round(held_seconds, 6),
-        data={"cause": "envelope", "effects": list(outcome.effects)},
-        created_at=now,
-        prev_hash=step.audit_head or GENESIS,
-    )
-    link.hash = _link_hash(link.prev_hash, _event_fields(link))
-    step.audit_seq = link.seq
-    step.audit_head = link.hash
-    return [link]

@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from . import lifecycle
-from .audit import audit_append
+from .audit import audit_append, audit_link
 from .errors import StepNotFound, ToolLimitReached, ToolMismatch
 from .events import event_emit
 from .lifecycle import HELD, Outcome, Snapshot
@@ -125,12 +125,14 @@ def record(
     cause: str,
     now: datetime,
     data: dict[str, Any] | None = None,
+    append: Callable[..., AuditEvent] = audit_append,
 ) -> list[AuditEvent]:
-    """Audit the refusal and the transition an outcome carries, and queue their webhooks."""
+    """Audit the refusal and the transition an outcome carries (`append`: `audit_link` builds
+    the links without saving them, for `event_plan`)."""
     events = []
     if outcome.refusal:
         events.append(
-            audit_append(
+            append(
                 holder=step,
                 kind=AuditEvent.Kind.REFUSAL,
                 actor=actor,
@@ -148,7 +150,7 @@ def record(
         if before.state != outcome.after.state:
             step.state_entered_at = now
         events.append(
-            audit_append(
+            append(
                 holder=step,
                 kind=AuditEvent.Kind.TRANSITION,
                 actor=actor,
@@ -257,6 +259,66 @@ def apply_event(
         step.save(update_fields=["due_at"])  # a stale timer column: no change of the step to announce
     if outcome.changed:
         emit_state_changed(step, cause)
+    return applied
+
+
+def event_plan(
+    *,
+    event: lifecycle.Event,
+    actor: str,
+    cause: str,
+    now: datetime,
+    team: Team,
+    tool: Tool,
+    operation_ref: str,
+    step: Step | None,
+    new_step_id: int | None,
+    correlation_id: str = "",
+    run_id: str = "",
+    data: dict[str, Any] | None = None,
+) -> Applied | None:
+    """`apply_event`'s work without its writes, for a caller that writes the rows of the change
+    itself in fewer round trips (envelopes.hot, the ingest's hot path): the step is `step`,
+    locked by the caller, or else a new one numbered `new_step_id` (None: the event creates no
+    step). Asks the machine, copies its answer, fills the ids, builds the audit links (hashed,
+    unsaved: `applied.audit_events`). The caller then writes its own rows, saves the step with
+    `step_save`'s changes (an INSERT when `applied.created`), the links, and, when
+    `outcome.changed`, `step.state_changed`, all in its transaction."""
+    created = step is None
+    if step is None:
+        before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
+        outcome = lifecycle.advance(before, event, now)
+        if outcome.after.state is None:
+            return None
+        step = Step(
+            id=new_step_id,
+            team=team,
+            tool=tool,
+            operation_ref=operation_ref,
+            correlation_id=correlation_id,
+            run_id=run_id,
+            state=outcome.after.state.value,
+            reason=outcome.after.reason,
+            created_at=now,
+            updated_at=now,
+            state_entered_at=now,
+        )
+        mark_new(step)
+    else:
+        if step.tool_id != tool.pk:
+            raise ToolMismatch(f"Step {step.operation_ref!r} belongs to another tool, not {tool.name!r}.")
+        step.tool = tool
+        before = step.snapshot()
+        outcome = lifecycle.advance(before, event, now)
+    copy_snapshot(step, outcome.after)
+    if not step.correlation_id and correlation_id:
+        step.correlation_id = correlation_id
+    if not step.run_id and run_id:
+        step.run_id = run_id
+    applied = Applied(step=step, outcome=outcome, created=created)
+    applied.audit_events = record(
+        step, before, outcome, actor=actor, cause=cause, now=now, data=data, append=audit_link
+    )
     return applied
 
 
