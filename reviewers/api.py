@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.pagination import CursorPagination
@@ -23,7 +23,8 @@ from approvals.queries import STEP_QUEUES
 from envelopes.api import StrictSerializer
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
-from envelopes.presenters import rfc3339, step_representation
+from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
+from envelopes.proposal import proposals_load
 
 from . import openapi
 from .auth import IsReviewer, ReviewerTokenAuthentication, ReviewerTokenRateThrottle
@@ -57,9 +58,7 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
 
 
 def _with_decisions(steps: QuerySet[Step]) -> QuerySet[Step]:
-    return steps.select_related("tool", "last_envelope").prefetch_related(
-        Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
-    )
+    return steps.select_related("tool", "last_envelope").prefetch_related(decisions_prefetch())
 
 
 class QueueCursor(CursorPagination):
@@ -93,8 +92,9 @@ class TeamQueueApi(ReviewerApiView):
         queue = QUEUE_KINDS[filters["kind"]]
         steps = _with_decisions(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
         paginator = QueueCursor()
-        page: list[Step] | None = paginator.paginate_queryset(steps, request, view=self)
-        return paginator.get_paginated_response([step_representation(step) for step in page or []])
+        page: list[Step] = paginator.paginate_queryset(steps, request, view=self) or []
+        proposals_load(page)  # the page's proposals in two queries, not two per step
+        return paginator.get_paginated_response([step_representation(step) for step in page])
 
 
 class TeamStepApi(ReviewerApiView):
@@ -127,18 +127,6 @@ class DecisionInput(StrictSerializer):
     action = serializers.ChoiceField(Decision.Action.values)
     reason = TextField(max_length=REASON_MAX, required=False, allow_blank=True, default="")
     input = serializers.DictField(required=False, allow_null=True)
-
-
-def decision_representation(decision: Decision) -> dict[str, Any]:
-    """A decision as in the step shape's `decisions` and the step.decided webhook (§4, §5)."""
-    return {
-        "action": decision.action,
-        "reviewer": decision.reviewer.get_username(),
-        "reason": decision.reason,
-        "decided_at": rfc3339(decision.decided_at),
-        "input_fingerprint": getattr(decision, "input_fingerprint", None) or None,
-        "edited": bool(getattr(decision, "edited", False)),
-    }
 
 
 def _action_of(request: Request) -> str:

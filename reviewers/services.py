@@ -8,7 +8,6 @@ reasons, four-eyes, the input binding and the audit link are one implementation.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +19,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import Decision, Membership
-from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, step_decide
+from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, InputRefused, step_decide
 from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Step, Team
@@ -215,13 +214,6 @@ def _decide_with_etag(
         raise DecisionInvalid("An edited input goes with approve only.", field="input", rule="approve_only")
     if not etag.strip() or etag.strip() == "*":
         raise PreconditionRequired("Send If-Match with the ETag of the step you decided on (GET the step).")
-    extra: dict[str, Any] = {}
-    if edited_input is not None:
-        if "edited_input" not in inspect.signature(step_decide).parameters:
-            raise DecisionInvalid(
-                "Approving with an edited input is not available yet.", field="input", rule="unsupported"
-            )
-        extra["edited_input"] = edited_input
     with transaction.atomic():
         locked = step_lock_for_decision(team=team, step_id=step.pk)
         # Compared on the locked row: of two deciders holding the same ETag, the second waits
@@ -245,19 +237,17 @@ def _decide_with_etag(
                 reason=reason,
                 expected_state=locked.state,
                 expected_since=locked.state_entered_at,
-                **extra,
+                edited_input=edited_input,
             )
         except PermissionError as refused:
             raise RoleRequired(str(refused)) from refused
         except DecisionRefused as refused:
             if refused.already_decided:
                 raise DecisionNotAllowed(str(refused)) from refused
-            # An edited input the service refused (approvals.services.InputRefused names the field).
-            raise DecisionInvalid(
-                str(refused),
-                field=getattr(refused, "field", "input"),
-                rule=getattr(refused, "rule", "refused"),
-                code="input_refused",
-            ) from refused
+            if isinstance(refused, InputRefused):
+                raise DecisionInvalid(
+                    str(refused), field=refused.field, rule=refused.rule, code="input_refused"
+                ) from refused
+            raise DecisionInvalid(str(refused), field="body", rule="refused") from refused
     logger.info("%s decided %s on step %s of %s", user.get_username(), action, locked.pk, team.slug)
     return result
