@@ -36,7 +36,9 @@ def _page(request: HttpRequest) -> HttpResponse:
         },
     )
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"  # the link token stays on this page
+    # The link token goes to no other site (same-origin: "no-referrer" would make the form's
+    # POST carry Origin: null, which Django's CSRF check refuses).
+    response["Referrer-Policy"] = "same-origin"
     return response
 
 
