@@ -51,7 +51,7 @@ MAX_BODY = 64 * 1024
 LINK_SALT = "holdpoint.slack-link"
 LINK_MAX_AGE = 3600  # a link to /account/ from an ephemeral reply is good for an hour
 REPLAY_SECONDS = 6 * 60  # above the verifier's 5-minute window
-RESPONSE_URL_HOSTS = ("hooks.slack.com",)
+RESPONSE_URL_HOSTS = ("hooks.slack.com", "hooks.slack-gov.com")
 
 
 class PayloadInvalid(ValueError):

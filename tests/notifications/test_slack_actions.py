@@ -333,3 +333,25 @@ def test_a_response_url_outside_slack_is_not_used(
     assert post(press(approve_value(slack), "U0RITA", receiver.url())).status_code == 200
     assert Decision.objects.count() == 1  # Slack signed it: the decision stands
     assert receiver.received == []  # but Holdpoint posts only to Slack's own https host
+
+
+def test_the_message_update_is_retried_when_slack_answers_5xx(
+    held: Step, slack: SlackReceiver, receiver: Receiver, make_reviewer: Any
+) -> None:
+    from tests.webhooks.conftest import Answer
+
+    link(make_reviewer("rita", "reviewer"), "U0RITA")
+    receiver.answer(Answer(503))
+    assert post(press(approve_value(slack), "U0RITA", receiver.url())).status_code == 200
+    first, second = replies(receiver)  # the task's retry (run at once here) sent it again
+    assert first == second and first["text"].startswith("Approved by rita")
+
+
+def test_only_slacks_own_https_hosts_take_message_updates(settings: Any) -> None:
+    from notifications.slack import response_url_allowed
+
+    settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = False
+    assert response_url_allowed("https://hooks.slack.com/actions/T0/1/abc")
+    assert not response_url_allowed("http://hooks.slack.com/actions/T0/1/abc")
+    assert not response_url_allowed("https://hooks.slack.com.evil.example/actions/T0/1/abc")
+    assert not response_url_allowed("https://user:pw@hooks.slack.com/actions/T0/1/abc")
