@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import time_machine
+from django.utils import timezone
 
 from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, post_envelope
@@ -100,3 +102,47 @@ def test_a_ref_with_a_slash_is_url_encoded_and_an_unknown_one_is_404(rita_api: R
     assert missing.status_code == 404
     assert missing.json()["code"] == "not_found"
     assert rita_api.step("x" * 201).status_code == 404
+
+
+def test_a_queue_page_costs_the_same_queries_whatever_the_queue_holds(
+    rita_api: ReviewerClient, agent: AgentClient
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.envelopes.test_proposed_input_api import attempt
+
+    def page_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert rita_api.queue("approvals", limit=50).status_code == 200
+        return len(queries)
+
+    for n in range(3):
+        post_envelope(agent, approval_envelope(operation_ref=f"run_q/{n}"))
+    few = page_queries()
+    for n in range(3, 30):
+        ref = f"run_q/{n}"
+        if n % 2:
+            assert attempt(agent, {"n": n}, ref=ref).status_code == 201  # some with a proposal
+        post_envelope(agent, approval_envelope(operation_ref=ref, tool="issue_refund" if n % 2 else "charge_card"))
+    assert page_queries() == few
+
+
+def test_an_unknown_path_under_the_teams_api_is_still_a_problem_404(rita_api: ReviewerClient) -> None:
+    response = rita_api.http.get("/api/v1/teams/acme/elsewhere")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/problem+json")
+
+
+def test_reviewer_tokens_are_throttled_per_token(rita_api: ReviewerClient, reviewer: Any, settings: Any) -> None:
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api_key": "2/min"}}
+    other = token_for(reviewer)
+    mid_minute = timezone.now().replace(second=20, microsecond=0)
+
+    with time_machine.travel(mid_minute, tick=False):  # all in one window
+        assert [rita_api.queue().status_code for _ in range(3)] == [200, 200, 429]
+        throttled = rita_api.queue()
+        assert throttled.json()["code"] == "throttled"
+        assert throttled["Retry-After"] == "40"
+        assert other.queue().status_code == 200
