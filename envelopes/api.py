@@ -32,7 +32,7 @@ from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
 from .presenters import decisions_prefetch, rfc3339, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
-from .proposal import proposals_load
+from .proposal import input_accept, proposals_load
 
 REF_PARAMETER = OpenApiParameter(
     "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
@@ -137,7 +137,7 @@ class EnvelopeIngestApi(APIView):
             'application/json; profile="compact"': schema.COMPACT_SCHEMA,
             'application/json; profile="mcp"': schema.MCP_SCHEMA,
         },
-        responses={201: openapi.INGEST_ANSWER, **openapi.PROBLEMS},
+        responses={201: openapi.INGEST_ANSWER, **openapi.INGEST_PROBLEMS},
     )
     def post(self, request: Request) -> Response:
         try:
@@ -183,7 +183,8 @@ class AttemptRequestApi(APIView):
         summary="The attempt gate: ask before every write",
         parameters=[REF_PARAMETER, IDEMPOTENCY_PARAMETER],
         request=AttemptRequestInput,
-        responses={201: openapi.ATTEMPT_GRANT, 409: openapi.REFUSAL, **openapi.PROBLEMS},
+        responses={201: openapi.ATTEMPT_GRANT, **openapi.ATTEMPT_PROBLEMS},
+        examples=openapi.ATTEMPT_REQUEST_EXAMPLES,
     )
     def post(self, request: Request, ref: str) -> Response:
         payload = request.data
@@ -191,15 +192,19 @@ class AttemptRequestApi(APIView):
 
         def work() -> Response:
             data = _valid(AttemptRequestInput, payload)
-            grant = services.attempt_request(
-                team=request_team(request),
-                operation_ref=_valid_ref(ref),
-                tool_name=data["tool"],
-                fingerprint=data["input_fingerprint"].lower(),
-                input=data.get("input"),
-                run_id=data.get("run_id", ""),
-                correlation_id=data.get("correlation_id", ""),
-            )
+            fields: dict[str, Any] = {
+                "team": request_team(request),
+                "operation_ref": _valid_ref(ref),
+                "tool_name": data["tool"],
+                "fingerprint": data["input_fingerprint"].lower(),
+                "run_id": data.get("run_id", ""),
+                "correlation_id": data.get("correlation_id", ""),
+            }
+            sent = data.get("input")
+            accepted = input_accept(sent, fingerprint=fields["fingerprint"]) if sent is not None else None
+            # The common case in a few statements (envelopes.hot); anything else, or nothing
+            # written there, goes through the service, which handles every case.
+            grant = hot.attempt_request(**fields, accepted=accepted) or services.attempt_request(**fields, input=sent)
             return Response(grant.as_dict(), status=201)
 
         return _idempotent(request, "attempts", body_fingerprint(ref, raw_body), work)
@@ -226,7 +231,7 @@ class VerificationReportApi(APIView):
         summary="Report a lookup of the step's write by operation_ref",
         parameters=[REF_PARAMETER],
         request=VerificationReportInput,
-        responses={200: openapi.STEP_ANSWER, **openapi.PROBLEMS},
+        responses={200: openapi.STEP_ANSWER, **openapi.problem_responses()},
     )
     def post(self, request: Request, ref: str) -> Response:
         data = _valid(VerificationReportInput, request.data)
@@ -267,9 +272,10 @@ def _steps(request: Request):  # type: ignore[no-untyped-def]
 class StepDetailApi(APIView):
     @extend_schema(
         operation_id="step_read",
-        summary="A step: state, directive, attempts, last envelope, decisions",
+        summary="A step: state, directive, attempts, last envelope, decisions, proposal",
         parameters=[REF_PARAMETER],
-        responses={200: openapi.STEP, 304: None, **openapi.PROBLEMS},
+        responses={200: openapi.STEP, 304: None, **openapi.problem_responses()},
+        examples=[openapi.STEP_EXAMPLE],
     )
     def get(self, request: Request, ref: str) -> Response:
         step = _steps(request).filter(operation_ref=_valid_ref(ref)).first()
@@ -304,7 +310,7 @@ class StepListApi(APIView):
         operation_id="step_list",
         summary="Steps of the team, newest first, cursor-paginated",
         parameters=[StepListInput],
-        responses={200: openapi.STEP_LIST, **openapi.PROBLEMS},
+        responses={200: openapi.STEP_LIST, **openapi.problem_responses()},
     )
     def get(self, request: Request) -> Response:
         filters = _valid(StepListInput, request.query_params.dict())
@@ -334,7 +340,7 @@ class ToolCodesApi(APIView):
     @extend_schema(
         operation_id="tool_codes",
         summary="The tool's documented error codes, team-wide entries included",
-        responses={200: openapi.CODES, **openapi.PROBLEMS},
+        responses={200: openapi.CODES, **openapi.problem_responses()},
     )
     def get(self, request: Request, tool: str) -> Response:
         found = _tool(request, tool)
@@ -365,7 +371,7 @@ class RunSkippedApi(APIView):
     @extend_schema(
         operation_id="run_skipped",
         summary="Resources skipped in a run (scope: resource), with their correlation ids",
-        responses={200: openapi.SKIPPED, **openapi.PROBLEMS},
+        responses={200: openapi.SKIPPED, **openapi.problem_responses()},
     )
     def get(self, request: Request, run_id: str) -> Response:
         if not 1 <= len(run_id) <= 200 or not run_id.isprintable():

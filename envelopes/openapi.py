@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 
 from .lifecycle import State
+from .proposal import INPUT_MAX_BYTES, INPUT_MAX_DEPTH
 
 _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -21,6 +22,37 @@ DIRECTIVE: dict[str, Any] = {
         "may_write": {"type": "boolean"},
         "not_before": _NULLABLE_TIME,
         "reason": {"type": "string"},
+        "input": {
+            "type": "object",
+            "description": (
+                "Only after an approval with an edited input, until a granted attempt uses it: the input the"
+                " reviewer approved. The agent must run exactly this input (its fingerprint is input_fingerprint)."
+            ),
+        },
+        "input_fingerprint": {
+            "type": "string",
+            "description": "With `input`: the fingerprint the approval binds; the gate grants only this one.",
+        },
+    },
+}
+
+PROPOSAL: dict[str, Any] = {
+    "type": ["object", "null"],
+    "description": (
+        "The input the next approval binds, as stored (redacted): the latest granted attempt's input, or the"
+        " input of a request the gate refused with approval_mismatch (then `attempt` is null). Null when no"
+        " attempt was ever granted."
+    ),
+    "required": ["attempt", "input_fingerprint", "input", "input_redacted", "proposed_at"],
+    "properties": {
+        "attempt": {"type": ["integer", "null"], "minimum": 1},
+        "input_fingerprint": {"type": "string"},
+        "input": {"type": ["object", "null"], "description": "Null: the agent sent no input with that request."},
+        "input_redacted": {
+            "type": "boolean",
+            "description": "A secret was replaced by [REDACTED:<kind>]; a reviewer cannot edit such an input.",
+        },
+        "proposed_at": _TIME,
     },
 }
 
@@ -57,6 +89,7 @@ STEP_SCHEMA: dict[str, Any] = {
         "directive",
         "last_envelope",
         "decisions",
+        "proposal",
         "created_at",
         "updated_at",
         "url",
@@ -84,9 +117,15 @@ STEP_SCHEMA: dict[str, Any] = {
                     "reviewer": {"type": "string"},
                     "reason": {"type": "string"},
                     "decided_at": _TIME,
+                    "input_fingerprint": {
+                        "type": ["string", "null"],
+                        "description": "The fingerprint an approval approved; null for other acts.",
+                    },
+                    "edited": {"type": "boolean", "description": "The reviewer approved an edited input."},
                 },
             },
         },
+        "proposal": PROPOSAL,
         "created_at": _TIME,
         "updated_at": _TIME,
         "url": {"type": "string", "format": "uri"},
@@ -225,6 +264,170 @@ PROBLEMS = {
     422: _problem("The body breaks the schema or the contract"),
     429: _problem("Throttled; see Retry-After"),
 }
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def problem_responses(overrides: dict[int, OpenApiResponse] | None = None) -> dict[Any, OpenApiResponse]:
+    """The error answers of an operation, documented as `application/problem+json` (PROBLEMS
+    puts the media type inside an application/json schema), with `overrides` by status."""
+    answers = {status: _problem_response(str(response.description)) for status, response in PROBLEMS.items()}
+    answers |= overrides or {}
+    return {(status, PROBLEM_MEDIA_TYPE): response for status, response in answers.items()}
+
+
+def _problem_response(description: str, examples: list[OpenApiExample] | None = None) -> OpenApiResponse:
+    return OpenApiResponse(response=PROBLEM_SCHEMA, description=description, examples=examples or [])
+
+
+def _problem_example(name: str, code: str, detail: str, errors: list[dict[str, str]], summary: str) -> OpenApiExample:
+    return OpenApiExample(
+        name,
+        summary=summary,
+        value={
+            "type": f"https://holdpoint.dev/problems/{code}",
+            "title": "Unprocessable",
+            "status": 422,
+            "detail": detail,
+            "code": code,
+            "errors": errors,
+        },
+        response_only=True,
+        status_codes=["422"],
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
+
+
+_TOOL_LIMIT = _problem_example(
+    "tool_limit_reached",
+    "tool_limit_reached",
+    "This team already has 500 tools, the most that agents may register; 'tool_501' is not one of them.",
+    [{"field": "tool", "rule": "tool_limit"}],
+    "A new tool beyond HOLDPOINT_MAX_TOOLS_PER_TEAM (default 500): nothing is stored",
+)
+INGEST_PROBLEMS = problem_responses(
+    {
+        422: _problem_response(
+            (
+                "The body breaks the schema (`schema_invalid`; rules such as `required`, `enum`, `pattern` and"
+                " `time_window`: a time more than 10 years in the past, or in the future beyond 1 day (366 days for"
+                " retry.not_before)), contradicts itself (`contradictory_envelope`), uses an undocumented code on a"
+                " strict tool (`undocumented_code`), names a tool beyond the team's limit (`tool_limit_reached`), or"
+                " reuses an Idempotency-Key (`idempotency_key_reused`). A rejected body is quarantined."
+            ),
+            [
+                _problem_example(
+                    "time_window",
+                    "schema_invalid",
+                    "occurred_at lies more than 3653 days in the past.",
+                    [{"field": "occurred_at", "rule": "time_window"}],
+                    "A time out of bounds",
+                ),
+                _TOOL_LIMIT,
+            ],
+        ),
+    }
+)
+ATTEMPT_PROBLEMS = problem_responses(
+    {
+        409: _problem_response("Refused: the problem's code says why; step and directive say what next"),
+        422: _problem_response(
+            (
+                "`fingerprint_mismatch`: `input` does not hash to `input_fingerprint` (SHA-256 of its RFC 8785"
+                " canonical form). `schema_invalid` naming `input`: not a JSON object (rule `type`), over"
+                f" {INPUT_MAX_BYTES} bytes in canonical form (`max_bytes`), nested deeper than {INPUT_MAX_DEPTH}"
+                " (`max_depth`), or without a canonical form, such as an integer beyond 2**53 (`canonical`). Also"
+                " `tool_limit_reached` and `idempotency_key_reused`. Nothing is stored."
+            ),
+            [
+                _problem_example(
+                    "fingerprint_mismatch",
+                    "fingerprint_mismatch",
+                    "input_fingerprint is not the SHA-256 of the input's RFC 8785 canonical form.",
+                    [{"field": "input_fingerprint", "rule": "matches_input"}],
+                    "The input is not the one the fingerprint names",
+                ),
+                _problem_example(
+                    "input_too_large",
+                    "schema_invalid",
+                    f"The input is 40112 bytes in canonical form; at most {INPUT_MAX_BYTES} are accepted.",
+                    [{"field": "input", "rule": "max_bytes"}],
+                    "An input over the limit",
+                ),
+                _TOOL_LIMIT,
+            ],
+        ),
+    }
+)
+ATTEMPT_REQUEST_EXAMPLES = [
+    OpenApiExample(
+        "With the input",
+        summary="The tool call's input, so that a reviewer reads what an approval binds",
+        value={
+            "tool": "issue_refund",
+            "input_fingerprint": "5b1d6c9f3e0d2c8a7f4e6b1a9d3c5e7f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d",
+            "input": {"amount": 120, "customer": "c_1", "order": "o_9"},
+            "run_id": "run_7",
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
+        "Fingerprint only",
+        summary="Without input everything works as in v1; the reviewer is told the agent sent none",
+        value={
+            "tool": "issue_refund",
+            "input_fingerprint": "5b1d6c9f3e0d2c8a7f4e6b1a9d3c5e7f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d",
+        },
+        request_only=True,
+    ),
+]
+STEP_EXAMPLE = OpenApiExample(
+    "Approved with an edited input",
+    summary="The directive carries the approved input until an attempt uses it",
+    value={
+        "operation_ref": "run_7/refund_1",
+        "tool": "issue_refund",
+        "state": "retry_ready",
+        "held": False,
+        "reason": "approved",
+        "correlation_id": "c0ffee00-0000-4000-8000-000000000001",
+        "run_id": "run_7",
+        "attempts": 1,
+        "max_attempts": 3,
+        "not_before": None,
+        "deadline": None,
+        "directive": {
+            "action": "proceed",
+            "may_write": True,
+            "not_before": None,
+            "reason": "approved",
+            "input": {"amount": 500, "customer": "c_1", "order": "o_9"},
+            "input_fingerprint": "9f0e1d2c3b4a59687766554433221100ffeeddccbbaa99887766554433221100",
+        },
+        "last_envelope": None,
+        "decisions": [
+            {
+                "action": "approve",
+                "reviewer": "rita",
+                "reason": "capped at the limit",
+                "decided_at": "2026-12-01T10:02:00Z",
+                "input_fingerprint": "9f0e1d2c3b4a59687766554433221100ffeeddccbbaa99887766554433221100",
+                "edited": True,
+            }
+        ],
+        "proposal": {
+            "attempt": 1,
+            "input_fingerprint": "5b1d6c9f3e0d2c8a7f4e6b1a9d3c5e7f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d",
+            "input": {"amount": 9000, "customer": "c_1", "order": "o_9"},
+            "input_redacted": False,
+            "proposed_at": "2026-12-01T10:00:00Z",
+        },
+        "created_at": "2026-12-01T10:00:00Z",
+        "updated_at": "2026-12-01T10:02:00Z",
+        "url": "http://localhost:8000/steps/1/",
+    },
+    response_only=True,
+    status_codes=["200"],
+)
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):

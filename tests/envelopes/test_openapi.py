@@ -68,3 +68,27 @@ def _fuzz_team():  # type: ignore[no-untyped-def]
     from envelopes.models import Team
 
     return Team.objects.get_or_create(slug="fuzz")[0]
+
+
+@pytest.mark.django_db
+def test_the_schema_documents_the_proposed_input_and_its_refusals(client) -> None:
+    document = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    attempts = document["paths"]["/api/v1/steps/{ref}/attempts"]["post"]
+    request = attempts["requestBody"]["content"]["application/json"]
+    assert "input" in document["components"]["schemas"][request["schema"]["$ref"].rsplit("/", 1)[1]]["properties"]
+    assert {"WithTheInput", "FingerprintOnly"} <= set(request["examples"])
+    refusal = attempts["responses"]["422"]
+    examples = refusal["content"]["application/problem+json"]["examples"]
+    mismatch = examples["FingerprintMismatch"]["value"]
+    assert mismatch["errors"] == [{"field": "input_fingerprint", "rule": "matches_input"}]
+    assert {"FingerprintMismatch", "InputTooLarge", "ToolLimitReached"} <= set(examples)
+    assert "409" in attempts["responses"] and "step" in str(attempts["responses"]["409"])
+    ingest = document["paths"]["/api/v1/envelopes"]["post"]["responses"]["422"]
+    assert "time_window" in ingest["description"] and "tool_limit_reached" in ingest["description"]
+    step = document["paths"]["/api/v1/steps/{ref}"]["get"]["responses"]["200"]["content"]["application/json"]
+    shape = step["schema"]["properties"]
+    assert "proposal" in shape and "proposal" in step["schema"]["required"]
+    assert {"input_fingerprint", "edited"} <= set(shape["decisions"]["items"]["properties"])
+    assert {"input", "input_fingerprint"} <= set(shape["directive"]["properties"])
+    example = next(iter(step["examples"].values()))["value"]
+    assert example["directive"]["input"] and example["decisions"][0]["edited"] is True
