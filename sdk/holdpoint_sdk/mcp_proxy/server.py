@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp.client.session import ClientSession
@@ -23,6 +23,7 @@ from .. import __version__
 from .config import ProxyConfig
 from .http import LeanAsyncHoldpoint
 from .proxy import HoldpointProxy, SessionUpstream
+from .stdio import pipe_stdio
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 
@@ -113,5 +114,5 @@ async def serve(config: ProxyConfig) -> None:
         logger.info(
             "holdpoint-mcp: guarding %s for run %s via %s", initialized.server_info.name, config.run_id, config.url
         )
-        async with stdio_server() as (read, write):
+        async with pipe_stdio() as (stdin, stdout), stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
             await server.run(read, write, options)
