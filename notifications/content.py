@@ -263,16 +263,23 @@ def slack_actions_enabled() -> bool:
     return bool(getattr(settings, "SLACK_SIGNING_SECRET", ""))
 
 
-def _actions(team: str, facts: StepFacts) -> ActionsBlock:
+def approve_reject(*, team: str, step_id: int, operation_ref: str, etag: str, url: str) -> ActionsBlock:
     """`Approve` posts back to /integrations/slack/actions (Slack signs it; it decides with the
     ETag the message was built with); `Reject` only opens the step page (a reason is needed)."""
-    value = json.dumps({"team": team, "operation_ref": facts.operation_ref, "etag": facts.etag}, separators=(",", ":"))
+    value = json.dumps({"team": team, "operation_ref": operation_ref, "etag": etag}, separators=(",", ":"))
     return ActionsBlock(
-        block_id=f"holdpoint-step-{facts.step_id}",
+        block_id=f"holdpoint-step-{step_id}",
         elements=[
             ButtonElement(text="Approve", action_id="holdpoint.approve", value=value, style="primary"),
-            ButtonElement(text="Reject", action_id="holdpoint.reject", url=facts.url),
+            ButtonElement(text="Reject", action_id="holdpoint.reject", url=url),
         ],
+    )
+
+
+def _actions(team: str, facts: StepFacts) -> ActionsBlock:
+    assert facts.step_id is not None
+    return approve_reject(
+        team=team, step_id=facts.step_id, operation_ref=facts.operation_ref, etag=facts.etag, url=facts.url
     )
 
 

@@ -34,13 +34,14 @@ from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, PlainTextObject, SectionBlock
+from slack_sdk.models.blocks import ActionsBlock, ContextBlock, MarkdownTextObject, PlainTextObject, SectionBlock
 from slack_sdk.signature import SignatureVerifier
 
 from envelopes.errors import StepNotFound
 from reviewers import errors, services
+from reviewers.services import step_etag
 
-from .content import base_url, slack_escape
+from .content import approve_reject, base_url, slack_escape
 from .models import SLACK_TEAM_ID_RE, SLACK_USER_ID_RE, SlackLink
 
 logger = logging.getLogger(__name__)
@@ -184,12 +185,16 @@ def link_url(press: Press) -> str:
 # --- what goes back to Slack -------------------------------------------------------------------
 
 
-def _reply(text: str, *, replace: bool, link: str = "", link_text: str = "") -> dict[str, Any]:
+def _reply(
+    text: str, *, replace: bool, link: str = "", link_text: str = "", buttons: ActionsBlock | None = None
+) -> dict[str, Any]:
     """A response_url body: `replace_original` (for everyone) or an ephemeral note to the
     clicker. Agent text only ever in plain_text; links are Holdpoint's own."""
     blocks: list[Any] = [SectionBlock(text=PlainTextObject(text=slack_escape(text)[:2900], emoji=False))]
     if link:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(link)}|{link_text}>")]))
+    if buttons is not None:
+        blocks.append(buttons)
     body: dict[str, Any] = {"text": slack_escape(text)[:2900], "blocks": [block.to_dict() for block in blocks]}
     if replace:
         body["replace_original"] = True
@@ -242,7 +247,15 @@ def press_handle(press: Press) -> None:
         step = services.step_of_team(
             services.team_membership(user=user, team_slug=press.team).team, press.operation_ref
         )
-        reply_enqueue(press, _reply(_already_decided(step), replace=True, **_step_link(step.pk)))
+        reply_enqueue(
+            press,
+            _reply(
+                _already_decided(step),
+                replace=True,
+                link=f"{base_url()}/steps/{step.pk}/",
+                link_text="Open the step page",
+            ),
+        )
         return
     except (errors.TeamNotFound, StepNotFound):
         reply_enqueue(
@@ -260,6 +273,7 @@ def press_handle(press: Press) -> None:
     step = result.step
     step_url = f"{base_url()}/steps/{step.pk}/"
     required = step.tool.required_approvals
+    buttons = None
     if result.transitioned or result.approvals_so_far >= required:
         text = f"Approved by {name}: {step.tool.name} {step.operation_ref}."
     else:
@@ -267,12 +281,12 @@ def press_handle(press: Press) -> None:
             f"Approved by {name} ({result.approvals_so_far} of {required} approvals): {step.tool.name} "
             f"{step.operation_ref} still waits for another reviewer."
         )
+        # The next reviewer's Approve decides on the step as it is now (its new ETag).
+        buttons = approve_reject(
+            team=press.team, step_id=step.pk, operation_ref=step.operation_ref, etag=step_etag(step), url=step_url
+        )
     logger.info("Slack action: %s approved step %s", name, step.pk)
-    reply_enqueue(press, _reply(text, replace=True, link=step_url, link_text="Open the step page"))
-
-
-def _step_link(step_id: int) -> dict[str, str]:
-    return {"link": f"{base_url()}/steps/{step_id}/", "link_text": "Open the step page"}
+    reply_enqueue(press, _reply(text, replace=True, link=step_url, link_text="Open the step page", buttons=buttons))
 
 
 def _already_decided(step: Any) -> str:

@@ -177,7 +177,18 @@ def test_with_two_approvals_required_the_first_press_says_so(
 
     step.refresh_from_db()
     assert step.state == "awaiting_approval"
-    assert replies(receiver)[0]["text"].startswith("Approved by rita (1 of 2 approvals)")
+    first = replies(receiver)[0]
+    assert first["text"].startswith("Approved by rita (1 of 2 approvals)")
+
+    # The updated message carries a fresh Approve (the step's new ETag) for the second reviewer.
+    link(make_reviewer("sam", "reviewer"), "U0SAM")
+    (actions,) = [block for block in first["blocks"] if block["type"] == "actions"]
+    fresh = actions["elements"][0]["value"]
+    assert json.loads(fresh)["etag"] == f'"{step.pk}.{step.version}"'
+    assert post(press(fresh, "U0SAM", receiver.url())).status_code == 200
+    step.refresh_from_db()
+    assert step.state != "awaiting_approval"
+    assert replies(receiver)[1]["text"].startswith("Approved by sam: charge_card run_6/refund")
 
 
 def test_a_press_on_a_message_whose_step_changed_but_is_still_held_says_so(
