@@ -65,8 +65,10 @@ def _edited_binding(step: Step, decisions: list[Any]) -> Any | None:
     if not step.approval_fingerprint:
         return None
     for decision in reversed(decisions):
-        if decision.action == "approve" and decision.input_fingerprint == step.approval_fingerprint:
-            return decision if decision.edited else None
+        # The fingerprint names the input: any edited approval of it holds that input (a later
+        # plain approval of the same fingerprint approved the same edit, under review again).
+        if decision.action == "approve" and decision.edited and decision.input_fingerprint == step.approval_fingerprint:
+            return decision
     return None
 
 

@@ -283,6 +283,28 @@ def _from_refused(row: Any) -> Proposal:
     )
 
 
+def _edited_under_review(step: Step) -> Proposal | None:
+    """An edited approval the agent has not run yet and that is under review again (the agent
+    asked for approval before running it): the binding is that input, so it is the proposal.
+    Read through the relation the reviewer app declares on Step (the core does not import it)."""
+    decision = (
+        step.decisions.filter(  # type: ignore[attr-defined]
+            action="approve", edited=True, input_fingerprint=step.approval_fingerprint
+        )
+        .order_by("-id")
+        .first()
+    )
+    if decision is None:
+        return None
+    return Proposal(
+        attempt=None,
+        input_fingerprint=decision.input_fingerprint,
+        input=decision.edited_input,
+        input_redacted=False,
+        proposed_at=decision.decided_at,
+    )
+
+
 def proposal_remember(step: Step, proposal: Proposal | None) -> None:
     """Set what `proposal_of(step)` answers for this instance (the gate knows it: no query)."""
     step._proposal = proposal  # type: ignore[attr-defined]
@@ -291,8 +313,8 @@ def proposal_remember(step: Step, proposal: Proposal | None) -> None:
 def proposal_of(step: Step) -> Proposal | None:
     """The step's proposal: the input the next approval binds, as stored. That is the input of
     the latest granted attempt, unless the step's binding (`approval_fingerprint`) names another
-    input that a refused request (`approval_mismatch`) sent. None when no attempt was ever granted.
-    At most two indexed reads, remembered on the instance."""
+    input: one that a refused request (`approval_mismatch`) sent, or an edited approval not run
+    yet. None when no attempt was ever granted. A few indexed reads, remembered on the instance."""
     known = getattr(step, "_proposal", _UNSET)
     if known is not _UNSET:
         return known  # type: ignore[return-value]
@@ -306,8 +328,7 @@ def proposal_of(step: Step) -> Proposal | None:
                 .order_by("-id")
                 .first()
             )
-            if refused is not None:
-                proposal = _from_refused(refused)
+            proposal = _from_refused(refused) if refused is not None else _edited_under_review(step)
         if proposal is None:
             attempt = Attempt.objects.filter(step_id=step.pk).order_by("-number").first()
             if attempt is not None:
@@ -348,6 +369,8 @@ def proposals_load(steps: Iterable[Step]) -> None:
     for step in tried:
         if step.pk in refused:
             proposal_remember(step, _from_refused(refused[step.pk]))
+        elif step.pk in under_review:
+            continue  # rare (an edited approval under review again): proposal_of reads it
         else:
             attempt = attempts.get(step.pk)
             proposal_remember(step, _from_attempt(attempt) if attempt is not None else None)

@@ -202,3 +202,27 @@ def test_a_reviewer_cannot_approve_the_same_input_twice(agent, team, make_review
     with pytest.raises(DecisionRefused) as refused:
         decide(team, step, rita, edited_input=EDITED)
     assert refused.value.already_decided
+
+
+def test_an_edited_approval_asked_about_again_is_the_proposal_under_review(agent, team, make_reviewer) -> None:
+    step = held_step(agent)
+    decide(team, step, make_reviewer("rita"), edited_input=EDITED)
+    # Before running it, the agent asks for approval again: what is under review is the edit.
+    agent.envelope(
+        error_envelope(
+            tool=TOOL,
+            operation_ref=REF,
+            code="REFUND_ABOVE_LIMIT",
+            category="authorization",
+            retry={"directive": "never", "max_attempts_remaining": 0},
+            next_action="request_approval",
+        )
+    )
+    body = agent.step(REF).json()
+    assert body["state"] == "awaiting_approval"
+    assert (body["proposal"]["input"], body["proposal"]["attempt"]) == (EDITED, None)
+    assert body["proposal"]["input_fingerprint"] == input_fingerprint(EDITED)
+    listed = agent.get("/api/v1/steps").json()["results"][0]
+    assert listed["proposal"] == body["proposal"]
+    decide(team, step, make_reviewer("sam"))
+    assert agent.step(REF).json()["directive"]["input"] == EDITED

@@ -4,6 +4,7 @@ contract's shapes and far from them, each answered with a 2xx or a problem+json 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
@@ -183,6 +184,7 @@ ATTEMPT_SCHEMA = {
     "properties": {
         "tool": {"type": "string", "pattern": schema.TOOL_PATTERN},
         "input_fingerprint": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+        "input": {},
         "run_id": {"type": "string"},
         "correlation_id": {"type": "string"},
     },
@@ -203,6 +205,47 @@ def test_no_attempt_answers_5xx(agent, ref: str, body: Any, key: str | None) -> 
     except UnicodeEncodeError:  # a header the test client itself cannot send: no HTTP client could
         return
     assert_answered_without_fault(response)
+
+
+INPUT_TEXT = st.one_of(st.text(max_size=30), st.sampled_from(["\u0000", "\ud800", "sk-live0123456789abcdef"]))
+INPUTS = st.dictionaries(
+    INPUT_TEXT,
+    st.recursive(
+        st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60) | st.floats() | INPUT_TEXT,
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(INPUT_TEXT, children, max_size=4),
+        max_leaves=20,
+    ),
+    max_size=5,
+)
+
+
+def _fingerprint_or_any(value: Any) -> str:
+    import hashlib
+
+    import rfc8785
+
+    try:
+        return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+    except (ValueError, TypeError, UnicodeEncodeError):
+        return "0" * 64
+
+
+@FUZZ
+@given(value=INPUTS)
+def test_no_input_with_its_own_fingerprint_answers_5xx_and_a_grant_stores_it_storable(agent, value: Any) -> None:
+    from envelopes.models import Attempt
+
+    body = {"tool": "send_email", "input_fingerprint": _fingerprint_or_any(value), "input": value}
+    try:
+        text = json.dumps(body, allow_nan=True)  # NaN and infinities are refused by the parser: 400
+    except ValueError:
+        return
+    ref = f"fuzz_input_{uuid.uuid4().hex}"  # a new step each time: every valid input is granted
+    response = agent.post(f"/api/v1/steps/{ref}/attempts", text)
+    assert_answered_without_fault(response)
+    if response.status_code == 201:
+        stored = Attempt.objects.get(step__operation_ref=ref).input
+        assert "\u0000" not in json.dumps(stored) and "sk-live0123456789abcdef" not in json.dumps(stored)
 
 
 REPORTS = st.one_of(

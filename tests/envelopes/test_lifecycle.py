@@ -217,6 +217,17 @@ def test_after_approval_only_the_approved_input_is_granted() -> None:
     assert granted.after.approval_fingerprint == ""
 
 
+def test_an_approval_of_an_edited_input_binds_its_fingerprint_only() -> None:
+    held = at(State.AWAITING_APPROVAL, approval_fingerprint=FP_A)
+    approved = advance(held, ReviewerActed("approve", fingerprint=FP_B), NOW).after
+    assert (approved.state, approved.approval_fingerprint) == (State.RETRY_READY, FP_B)
+    assert advance(approved, AttemptRequested(FP_A), NOW).refusal == "approval_mismatch"
+    assert advance(approved, AttemptRequested(FP_B), NOW).granted
+    # Any other act ignores a fingerprint: only an approval binds.
+    rejected = advance(held, ReviewerActed("reject", fingerprint=FP_B), NOW).after
+    assert (rejected.state, rejected.approval_fingerprint) == (State.CANCELLED, "")
+
+
 APPROVED = at(State.RETRY_READY, reason="approved", approval_fingerprint=FP_A, last_fingerprint=FP_A)
 
 # Every way an agent (or a timer, or a report) can move an approved step before it runs anything,
