@@ -47,7 +47,7 @@ class ReviewerTokenAuthentication(authentication.BaseAuthentication):
         if raw.startswith(AGENT_KEY_PREFIX) and not raw.startswith(TOKEN_PREFIX):
             key = ApiKey.objects.active().filter(key_hash=ApiKey.hash_key(raw)).values_list("pk", flat=True)[:1]
             for key_id in key:
-                logger.warning("reviewer API: agent API key %s refused on %s", key_id, request.path)
+                logger.warning("reviewer API: agent API key %s refused on %r", key_id, request.path)
                 raise ReviewerTokenRequired(
                     "This endpoint is for reviewers: an agent API key can never read the review queue or decide."
                 )
