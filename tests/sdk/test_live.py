@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from django.db import connection
 from django.test.utils import override_settings
-from holdpoint_sdk import Failure, Holdpoint, ToolError, Unauthorized
+from holdpoint_sdk import Failure, Holdpoint, ToolError, Unauthorized, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import reviewer_create, step_decide
@@ -103,3 +105,44 @@ def test_an_agent_drives_the_real_api_through_the_sdk(live_server: LiveServer, r
     # A bad key is a typed error.
     with pytest.raises(Unauthorized), Holdpoint(live_server.url, "hp_wrong") as stranger:
         stranger.get_step("e2e/1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_guard_sends_its_input_and_falls_back_to_the_fingerprint_when_the_gate_refuses_it(
+    live_server: LiveServer, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    team = team_create(slug="e2e-input")
+    hp = Holdpoint(live_server.url, api_key_create(team=team, name="sdk").raw, timeout=5)
+    request.addfinalizer(hp.close)
+
+    # Sent: the reviewer's view of the step carries it, under the fingerprint the server recomputed.
+    invoice = {"customer": "cus_1", "amount": 1250, "lines": [{"sku": "a", "qty": 0.1}]}
+    sent = hp.guarded_call(tool="create_invoice", operation_ref="in/1", input=invoice, call=lambda: {"id": 1})
+    assert sent.ok and sent.input_sent
+    proposal = hp.get_step("in/1")["proposal"]
+    assert proposal is not None
+    assert (proposal["input"], proposal["input_fingerprint"]) == (invoice, input_fingerprint(invoice))
+
+    # Refused by the gate (nested deeper than it takes): asked again with the fingerprint only,
+    # so the write is still gated; the log says why.
+    deep: dict[str, Any] = {"leaf": 1}
+    for _ in range(40):
+        deep = {"d": deep}
+    with caplog.at_level(logging.WARNING, logger="holdpoint_sdk"):
+        fallback = hp.guarded_call(tool="create_invoice", operation_ref="in/2", input=deep, call=lambda: {"id": 2})
+    assert fallback.ok and not fallback.input_sent
+    assert "refused the input of create_invoice on in/2 (max_depth)" in caplog.text
+    step = Step.objects.get(team=team, operation_ref="in/2")
+    assert step.state == "succeeded"
+    refused_again = hp.guarded_call(tool="create_invoice", operation_ref="in/2", input=deep, call=lambda: 1 / 0)
+    assert refused_again.refused and refused_again.refusal is not None
+    assert refused_again.refusal.code == "already_committed"
+
+    # Kept in the agent: only the fingerprint reaches Holdpoint.
+    private = hp.guarded_call(
+        tool="create_invoice", operation_ref="in/3", input={"iban": "DE89 3704"}, call=lambda: {"id": 3},
+        send_input=False,
+    )  # fmt: skip
+    assert private.ok and not private.input_sent
+    kept = hp.get_step("in/3").get("proposal")
+    assert kept is None or kept["input"] is None

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.test.utils import override_settings
-from holdpoint_sdk import Failure, Holdpoint, ToolError
+from holdpoint_sdk import Failure, Holdpoint, ToolError, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import reviewer_create
@@ -114,3 +114,33 @@ def test_a_reviewer_decides_from_the_command_line(live_server: LiveServer, agent
     with agent.guard(tool="issue_refund", operation_ref=REF, input=REFUND) as guard:
         done = guard.call(refund_over_limit, REFUND, approved=True)
     assert done.ok and not done.input_edited and done.result["amount"] == 900
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_input_edited_on_the_command_line_is_what_the_agent_runs(
+    live_server: LiveServer, agent: Holdpoint, tmp_path: Path
+) -> None:
+    team = Step.objects.get(operation_ref=REF).team
+    rita = token_of(team, "rita", "reviewer")
+
+    shown = holdpoint(live_server, rita, "show", "cli", REF)
+    assert shown.returncode == 0, shown.stderr
+    assert '"amount": 900' in shown.stdout and f"sha256 {input_fingerprint(REFUND)}" in shown.stdout
+
+    edited = {**REFUND, "amount": 400}
+    (tmp_path / "edited.json").write_text(json.dumps(edited), encoding="utf-8")
+    approved = holdpoint(
+        live_server, rita, "approve", "cli", REF, "--reason", "partial refund", "--input", str(tmp_path / "edited.json")
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert f"approved the edited input, sha256 {input_fingerprint(edited)}" in approved.stdout
+
+    decided = agent.wait_for_decision(REF, timeout=10, initial_interval=0.1)
+    assert decided["directive"].get("input") == edited
+    [decision] = decided["decisions"]
+    assert decision.get("edited") is True and decision.get("input_fingerprint") == input_fingerprint(edited)
+    with agent.guard(tool="issue_refund", operation_ref=REF, input=REFUND) as guard:
+        done = guard.call(refund_over_limit, REFUND, approved=True)
+    assert done.ok and done.input_edited and done.input == edited
+    assert done.result == {"refund_id": "re_1", "amount": 400}
+    assert done.step is not None and done.step["state"] == "succeeded"
