@@ -215,3 +215,11 @@ def test_four_eyes_apply_to_the_api_like_the_form(
     assert second.status_code == 201, second.content
     assert second.json()["step"]["state"] == "retry_ready"
     assert [d["reviewer"] for d in second.json()["step"]["decisions"]] == ["rita", "sam"]
+
+
+def test_if_match_may_list_several_tags(rita_api: ReviewerClient, awaiting: Step) -> None:
+    etag = rita_api.etag(REF)
+
+    response = rita_api.decide(REF, {"action": "approve"}, etag=f'"0.0", {etag}')
+
+    assert response.status_code == 201, response.content
