@@ -147,6 +147,19 @@ def input_tree(value: dict[str, Any]) -> list[Node]:
     return nodes
 
 
+def _canonical_order(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _canonical_order(child) for key, child in _canonical_items(value)}
+    if isinstance(value, list):
+        return [_canonical_order(child) for child in value]
+    return value
+
+
+def input_pretty(value: dict[str, Any]) -> str:
+    """Indented JSON, keys in canonical order: the text a reviewer edits ("Edit and approve")."""
+    return json.dumps(_canonical_order(value), indent=2, ensure_ascii=False)
+
+
 def redacted_count(nodes: list[Node]) -> int:
     return sum(1 for node in nodes if node.redacted)
 

@@ -16,8 +16,9 @@ from django.utils.functional import cached_property
 from dashboard.shell import teams_of
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
 from envelopes.models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, Step, Team, Tool
+from envelopes.proposal import Proposal
 
-from .inputs import SUMMARY_SOURCE_CHARS, input_summary
+from .inputs import SUMMARY_SOURCE_CHARS, ShownChange, input_changes, input_pretty, input_summary
 from .models import Decision, Membership
 
 QUEUE_LIMIT = 50
@@ -338,32 +339,56 @@ def search_steps(teams: QuerySet[Team], query: str) -> SearchResult:
 
 
 @dataclass(frozen=True)
+class EditedApproval:
+    """An edited input that has approvals but not enough yet (`required_approvals: 2`): another
+    reviewer releases the step by approving the same input (contract §3, counted per fingerprint)."""
+
+    fingerprint: str
+    edited_input: dict[str, Any]
+    approvers: list[str]
+    you_approved: bool
+    changes: list[ShownChange]  # against the proposal
+    more: int
+
+    @property
+    def input_text(self) -> str:
+        return input_pretty(self.edited_input)
+
+
+@dataclass(frozen=True)
 class DecisionPanel:
-    """What the current user may decide on a step, and the four-eyes progress."""
+    """What the current user may decide on a step, and the four-eyes progress: approvals count
+    per input fingerprint, the proposal's and each edited input's apart."""
 
     step: Step
     can_decide: bool
     actions: list[tuple[str, str, str]]  # (action, label, help)
     required_approvals: int
-    approvers: list[str]
-    you_approved: bool
+    approvers: list[str]  # of the proposal's input
+    you_approved: bool  # ... of the proposal's input
+    edits: list[EditedApproval] = field(default_factory=list)
+    can_edit: bool = False  # "Edit and approve" is offered
 
     @property
     def approvals_given(self) -> int:
         return len(self.approvers)
 
 
-def decision_panel(step: Step, membership: Membership | None, user: User) -> DecisionPanel:
+def decision_panel(step: Step, membership: Membership | None, user: User, proposal: Proposal | None) -> DecisionPanel:
     allowed = allowed_reviewer_actions(State(step.state))
     approvers: list[str] = []
     you_approved = False
+    edits: dict[str, list[Decision]] = {}  # an edited input's fingerprint: its approvals
     if "approve" in allowed:
         approvals = (
             Decision.objects.filter(step=step, action="approve", decided_at__gte=step.state_entered_at)
             .select_related("reviewer")
-            .order_by("decided_at")
+            .order_by("decided_at", "id")
         )
         for decision in approvals:
+            if decision.edited and decision.edited_input is not None:
+                edits.setdefault(decision.input_fingerprint, []).append(decision)
+                continue
             name = decision.reviewer.get_username()
             if name not in approvers:
                 approvers.append(name)
@@ -373,13 +398,24 @@ def decision_panel(step: Step, membership: Membership | None, user: User) -> Dec
         for action in ACTION_LABELS
         if action in allowed and not (action == "approve" and you_approved)
     ]
+    can_decide = bool(membership and membership.can_decide)
+    pending = []
+    for fingerprint, decisions in edits.items():
+        edited_input = decisions[0].edited_input
+        assert edited_input is not None
+        changes, more = input_changes(proposal.input if proposal else None, edited_input)
+        names = list(dict.fromkeys(decision.reviewer.get_username() for decision in decisions))
+        you = any(decision.reviewer_id == user.pk for decision in decisions)
+        pending.append(EditedApproval(fingerprint, edited_input, names, you, changes, more))
     return DecisionPanel(
         step=step,
-        can_decide=bool(membership and membership.can_decide),
+        can_decide=can_decide,
         actions=actions,
         required_approvals=step.tool.required_approvals,
         approvers=approvers,
         you_approved=you_approved,
+        edits=pending,
+        can_edit=can_decide and "approve" in allowed and proposal is not None and proposal.editable,
     )
 
 

@@ -16,10 +16,11 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from envelopes.models import AuditEvent, Step
+from envelopes.models import Attempt, AuditEvent, ProposedInput, Step
 from notifications.models import SendTry
 from webhooks.models import DeliveryTry
 
+from .inputs import ShownChange, input_changes
 from .models import Decision
 
 PAGE_SIZE = 50
@@ -107,6 +108,9 @@ class TimelineEntry:
     source: Source
     item: Any
     audit: AuditEvent | None = None
+    # An edited approval: what the reviewer changed in the input they were shown.
+    edit_changes: tuple[ShownChange, ...] = ()
+    edit_more: int = 0
 
     @property
     def cursor(self) -> Cursor:
@@ -192,7 +196,7 @@ def step_timeline(
         rows = rows.order_by(f"-{source.at_field}", "-pk")[: limit + 1]
         newest_first.extend(_entry(source, item) for item in rows)
     newest_first.sort(key=lambda entry: entry.cursor, reverse=True)
-    page = _with_decision_audits(step, newest_first[:limit])
+    page = _with_edit_changes(step, _with_decision_audits(step, newest_first[:limit]))
     return TimelinePage(
         entries=page[::-1], has_older=len(newest_first) > limit or (since is not None and has_older), before=before
     )
@@ -213,6 +217,30 @@ def _with_decision_audits(step: Step, entries: list[TimelineEntry]) -> list[Time
         else entry
         for entry in entries
     ]
+
+
+def _input_before(step: Step, at: datetime) -> dict[str, Any] | None:
+    """The input a reviewer was shown at `at`: the latest one the agent sent before then, with a
+    granted attempt or with a request the gate refused (envelopes.proposal)."""
+    attempt = Attempt.objects.filter(step_id=step.pk, granted_at__lte=at).order_by("-number").first()
+    refused = ProposedInput.objects.filter(step_id=step.pk, proposed_at__lte=at).order_by("-proposed_at", "-id").first()
+    if refused is not None and (attempt is None or refused.proposed_at > attempt.granted_at):
+        return refused.input  # type: ignore[no-any-return]
+    return attempt.input if attempt is not None else None
+
+
+def _with_edit_changes(step: Step, entries: list[TimelineEntry]) -> list[TimelineEntry]:
+    """Each edited approval with what it changed. Edits are rare (one releases the step, or
+    waits for a second reviewer), and a page holds at most PAGE_SIZE of them: two indexed reads
+    each."""
+    shown = []
+    for entry in entries:
+        decision = entry.item if entry.kind == "decision" else None
+        if decision is not None and decision.edited and decision.edited_input is not None:
+            changes, more = input_changes(_input_before(step, decision.decided_at), decision.edited_input)
+            entry = replace(entry, edit_changes=tuple(changes), edit_more=more)
+        shown.append(entry)
+    return shown
 
 
 def timeline_version(step: Step) -> str:

@@ -42,6 +42,8 @@ from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm,
 from .models import Membership
 from .services import (
     DecisionRefused,
+    DecisionResult,
+    InputRefused,
     api_key_create_by_admin,
     api_key_revoke_by_admin,
     step_decide,
@@ -165,8 +167,17 @@ def _step_context(
     page = page or timeline.step_timeline(step)
     proposal = proposal_of(step)
     tree = inputs.input_tree(proposal.input) if proposal is not None and proposal.input is not None else []
+    # A refused "Edit and approve" keeps the reviewer's text and opens its own form again.
+    edit_form = form if form is not None and form.data.get("edit") else None
+    edit_text = ""
+    if edit_form is not None:
+        edit_text = edit_form.data.get("input", "")
+    elif proposal is not None and proposal.input is not None and proposal.editable:
+        edit_text = inputs.input_pretty(proposal.input)
     return {
         "proposal": proposal,
+        "edit_form": edit_form,
+        "edit_text": edit_text,
         "input_tree": tree,
         "input_redactions": inputs.redacted_count(tree),
         "comparison": inputs.compare(proposal, previous_proposal(step, proposal)) if proposal is not None else None,
@@ -175,14 +186,14 @@ def _step_context(
         "multi_team": len(memberships_of(request.user)) > 1,
         "envelope": envelope,
         "envelope_suspicious": bool(envelope and "suspicious_text" in (envelope.flags or [])),
-        "panel": queries.decision_panel(step, membership, request.user),  # type: ignore[arg-type]
+        "panel": queries.decision_panel(step, membership, request.user, proposal),  # type: ignore[arg-type]
         "page": page,
         "timeline": page.entries,
         # The latest events poll for changes; a page of older events (?before=) stands still.
         "live": page.before is None,
         "version": timeline.timeline_version(step),
         "tool_halted": step.tool.is_halted(),
-        "form": form,
+        "form": form if edit_form is None else None,
         "feedback": feedback,
         "now": timezone.now(),
     }
@@ -241,6 +252,36 @@ _DONE = {
 }
 
 
+def _decided(result: DecisionResult, *, edit_asked: bool) -> Feedback:
+    decision, required = result.decision, result.step.tool.required_approvals
+    unchanged = ""
+    if edit_asked and not decision.edited:
+        unchanged = " Your edit changed nothing, so you approved the agent's input."
+    if decision.action == "approve" and not result.transitioned:
+        which = " of your edited input" if decision.edited else ""
+        return Feedback(
+            "info",
+            f"Your approval{which} is recorded ({result.approvals_so_far} of {required}). A second reviewer "
+            f"must approve the same input before the agent may proceed.{unchanged}",
+        )
+    if decision.edited:
+        return Feedback(
+            "success",
+            "Approved with your edits. The agent may now make one attempt, and only with your input "
+            f"(fingerprint {decision.input_fingerprint[:12]}…): the directive carries it.",
+        )
+    return Feedback("success", _DONE[decision.action] + unchanged)
+
+
+def _form_refused(
+    request: HtmxHttpRequest, step: Step, membership: Membership | None, form: DecisionForm
+) -> HttpResponse:
+    context = _step_context(request, step, membership, form=form)
+    if request.htmx:
+        return page_render(request, "approvals/step.html", context, partial="step-detail")
+    return page_render(request, "approvals/step.html", context, status=422)
+
+
 @require_POST
 @dashboard_login_required
 def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -249,12 +290,10 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Only reviewers and admins of this team may decide.")
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        context = _step_context(request, step, membership, form=form)
-        if request.htmx:
-            return page_render(request, "approvals/step.html", context, partial="step-detail")
-        return page_render(request, "approvals/step.html", context, status=422)
+        return _form_refused(request, step, membership, form)
 
     action = form.cleaned_data["action"]
+    edited_input = form.cleaned_data["edited_input"]
     try:
         result = step_decide(
             team=step.team,
@@ -264,23 +303,21 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             reason=form.cleaned_data["reason"],
             expected_state=form.cleaned_data["expected_state"],
             expected_since=form.cleaned_data["expected_since"],
+            edited_input=edited_input,
         )
     except PermissionError as refused:
         raise PermissionDenied(str(refused)) from refused
     except StepNotFound as missing:
         raise Http404 from missing
+    except InputRefused as refused:
+        # The service's own checks (the proposal became uneditable meanwhile, or a rule the form
+        # does not know yet): said on the form, like the form's own refusals.
+        form.add_error("input", f"{refused} Nothing was approved.")
+        return _form_refused(request, step, membership, form)
     except DecisionRefused as refused:
         feedback = Feedback("error", str(refused), already_decided=refused.already_decided)
     else:
-        if action == "approve" and not result.transitioned:
-            feedback = Feedback(
-                "info",
-                f"Your approval is recorded ({result.approvals_so_far} of "
-                f"{step.tool.required_approvals}). A second reviewer must approve "
-                "before the agent may proceed.",
-            )
-        else:
-            feedback = Feedback("success", _DONE[action])
+        feedback = _decided(result, edit_asked=edited_input is not None)
 
     if request.htmx:
         step, membership = _visible_step(request, pk)

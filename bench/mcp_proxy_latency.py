@@ -1,26 +1,34 @@
 """What `holdpoint-mcp` adds to a tool call: p50/p95 of the same tools/call made directly to an
-MCP server and through the proxy, against a running Holdpoint.
+MCP server and through the proxy, against a running Holdpoint, and where the difference goes.
 
     .venv/bin/python bench/mcp_proxy_latency.py --base-url http://127.0.0.1:8000 --api-key hp_... [-n 300]
 
-Three series, each with a fresh input per call (so every guarded call is a new step that
-commits: attempt gate, upstream call, envelope):
-- direct:    an MCP ClientSession -> tests/mcp/upstream_server.py (stdio);
-- holdpoint: the two Holdpoint requests the proxy makes per call (the attempt gate and the
-             envelope, each with an Idempotency-Key as the proxy sends them), from the SDK's
-             async client alone;
-- proxied:   an MCP ClientSession -> holdpoint-mcp -> the same upstream;
-- logic:     the proxy's own code per call, in this process (HoldpointProxy.call_tool minus the
-             time spent waiting for Holdpoint and the upstream).
-"proxy own" is proxied - direct - holdpoint at p50: what the proxy costs beyond the two round
-trips the contract asks of every guarded write (its code, and the extra stdio hop).
+Every call has a fresh input, so every guarded call is a new step that commits (attempt gate,
+upstream call, envelope). The series, interleaved call by call so that the machine's load
+swings hit them alike:
+- direct:      an MCP ClientSession -> tests/mcp/upstream_server.py (stdio);
+- proxied:     an MCP ClientSession -> holdpoint-mcp -> the same upstream, Holdpoint at --base-url;
+- holdpoint:   the proxy's two requests alone (attempt gate, then envelope, with Idempotency-Keys,
+               from the proxy's own HTTP client in this process);
+- stub:        the same two requests to a stub Holdpoint (this file, --serve-stub: h11 on asyncio,
+               kept-alive, canned answers): what the client side of a request costs;
+- proxied-stub: the proxy against the stub: what the proxy costs when Holdpoint costs nothing.
+
+Then: "added" = proxied - direct at p50; "proxy own" = added - holdpoint (the proxy beyond the
+two round trips the contract asks of every guarded write) and proxied-stub - direct (the same,
+measured without Holdpoint's server time). CPU per call is read from /proc for this process
+(the client, and the holdpoint/stub series) and for each proxy process. On a loaded machine
+wall times stretch roughly with the load average (printed); CPU per call does much less.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,16 +37,11 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
-
-import anyio
-from holdpoint_sdk import AsyncHoldpoint, input_fingerprint
-from holdpoint_sdk.envelopes import now_utc, success_envelope
-from holdpoint_sdk.mcp_proxy.config import ProxyConfig
-from holdpoint_sdk.mcp_proxy.proxy import HoldpointProxy, SessionUpstream
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "mcp" / "upstream_server.py"
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -46,11 +49,84 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def cpu_ms(pids: list[int]) -> float:
+    """User + system CPU of these processes so far, in ms."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) * TICK_MS
+    return total
+
+
+def pids_with(marker: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if int(pid) != os.getpid()]
+
+
+# --- the stub Holdpoint ------------------------------------------------------------------------
+
+
+def serve_stub(port: int) -> None:
+    """A Holdpoint that answers every attempt with a grant and every envelope with `succeeded`,
+    at once, on kept-alive connections."""
+    import h11
+
+    directive = {"action": "proceed", "may_write": True, "not_before": None, "reason": "attempt_granted"}
+    step = {"operation_ref": "stub", "tool": "create_invoice", "state": "in_progress", "attempts": 1}
+    step |= {"max_attempts": 3, "decisions": [], "url": "http://stub/steps/1", "directive": directive}
+    grant = json.dumps({"attempt": 1, "step": step, "directive": directive}).encode()
+    stop = {"action": "stop", "may_write": False, "not_before": None, "reason": "committed"}
+    done = step | {"state": "succeeded", "directive": stop}
+    ingest = json.dumps({"envelope_id": 1, "correlation_id": "c", "step": done, "directive": stop}).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        target = b""
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await reader.read(65536)
+                    conn.receive_data(data)
+                    if not data and conn.their_state is not h11.SEND_BODY:
+                        return
+                elif isinstance(event, h11.Request):
+                    target = event.target
+                elif isinstance(event, h11.EndOfMessage):
+                    body = grant if target.endswith(b"/attempts") else ingest
+                    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+                    writer.write(
+                        conn.send(h11.Response(status_code=201, headers=headers))
+                        + conn.send(h11.Data(data=body))
+                        + conn.send(h11.EndOfMessage())
+                    )
+                    conn.start_next_cycle()
+                elif isinstance(event, h11.ConnectionClosed):
+                    return
+        except (h11.ProtocolError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# --- the series --------------------------------------------------------------------------------
+
+
 def invoice(tag: str, i: int) -> dict[str, Any]:
     return {"customer": f"cus_{tag}_{i}", "amount": 100 + i}
 
 
-Call = Callable[[int], Awaitable[float]]  # one call; the milliseconds it counts
+Call = Callable[[int], Awaitable[float]]  # one call; the milliseconds it took
 
 
 def clocked(call: Callable[[int], Awaitable[Any]]) -> Call:
@@ -62,7 +138,9 @@ def clocked(call: Callable[[int], Awaitable[Any]]) -> Call:
     return timed
 
 
-async def session_call(stack: AsyncExitStack, parameters: StdioServerParameters, tag: str) -> Call:
+async def session_call(stack: AsyncExitStack, parameters: Any, tag: str) -> Call:
+    from mcp import ClientSession, stdio_client
+
     read, write = await stack.enter_async_context(stdio_client(parameters))
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
@@ -75,7 +153,13 @@ async def session_call(stack: AsyncExitStack, parameters: StdioServerParameters,
 
 
 async def holdpoint_call(stack: AsyncExitStack, base_url: str, api_key: str, tag: str) -> Call:
-    hp = await stack.enter_async_context(AsyncHoldpoint(base_url, api_key))
+    """The two requests the proxy makes for a committed write, from the proxy's own client."""
+    from holdpoint_sdk import input_fingerprint
+    from holdpoint_sdk.envelopes import now_utc, success_envelope
+    from holdpoint_sdk.mcp_proxy.http import LeanAsyncHoldpoint
+
+    hp = await stack.enter_async_context(LeanAsyncHoldpoint(base_url, api_key))
+    assert hp.lean
 
     async def call(i: int) -> None:
         payload = invoice(tag, i)
@@ -84,6 +168,7 @@ async def holdpoint_call(stack: AsyncExitStack, base_url: str, api_key: str, tag
             ref,
             tool="create_invoice",
             input_fingerprint=input_fingerprint(payload),
+            input=payload,
             run_id=f"bench-{tag}",
             idempotency_key="att_" + uuid.uuid4().hex,
         )
@@ -100,104 +185,103 @@ async def holdpoint_call(stack: AsyncExitStack, base_url: str, api_key: str, tag
     return clocked(call)
 
 
-class _Waits:
-    """Adds up the time one call spends waiting for Holdpoint or the upstream."""
-
-    def __init__(self) -> None:
-        self.ms = 0.0
-
-    def wrap(self, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def waited(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return await call(*args, **kwargs)
-            finally:
-                self.ms += (time.perf_counter() - started) * 1000
-
-        return waited
-
-
-async def logic_call(
-    stack: AsyncExitStack, parameters: StdioServerParameters, base_url: str, api_key: str, tag: str
-) -> Call:
-    """The proxy's code in this process: a call's time minus its waits for Holdpoint and the upstream."""
-    read, write = await stack.enter_async_context(stdio_client(parameters))
-    session = await stack.enter_async_context(ClientSession(read, write))
-    hp = await stack.enter_async_context(AsyncHoldpoint(base_url, api_key))
-    await session.initialize()
-    waits = _Waits()
-    upstream = SessionUpstream(session)
-    upstream.request = waits.wrap(upstream.request)  # type: ignore[method-assign]
-    hp.request_attempt = waits.wrap(hp.request_attempt)  # type: ignore[method-assign]
-    hp.post_envelope = waits.wrap(hp.post_envelope)  # type: ignore[method-assign]
-    config = ProxyConfig(url=base_url, api_key=api_key, run_id=f"bench-{tag}", send_input="never")
-    proxy = HoldpointProxy(config, hp, upstream)
-
-    async def call(i: int) -> float:
-        waits.ms = 0.0
-        started = time.perf_counter()
-        result = await proxy.call_tool({"name": "create_invoice", "arguments": invoice(tag, i)})
-        assert not result.get("isError"), result
-        return (time.perf_counter() - started) * 1000 - waits.ms
-
-    return call
-
-
-def summary(name: str, samples: list[float]) -> str:
+def summary(name: str, samples: list[float], cpu: float | None) -> str:
+    spent = f"  cpu/call {cpu:5.2f} ms" if cpu is not None else ""
     return (
-        f"{name:<10} n={len(samples):<4} p50={percentile(samples, 0.5):7.2f} ms  "
-        f"p95={percentile(samples, 0.95):7.2f} ms  mean={statistics.fmean(samples):7.2f} ms"
+        f"{name:<13} n={len(samples):<4} p50={percentile(samples, 0.5):7.2f} ms  "
+        f"p95={percentile(samples, 0.95):7.2f} ms  mean={statistics.fmean(samples):7.2f} ms{spent}"
     )
 
 
-async def main(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> None:
+    from mcp import StdioServerParameters
+
     tag = uuid.uuid4().hex[:8]
     state = Path(tempfile.mkdtemp()) / "upstream.json"
     env = {
         **os.environ,
         "UPSTREAM_STATE": str(state),
-        "HOLDPOINT_URL": args.base_url,
         "HOLDPOINT_API_KEY": args.api_key,
-        "HOLDPOINT_RUN_ID": f"bench-{tag}",
         "PYTHONPATH": str(ROOT),
     }
-    direct = StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=env, cwd=str(ROOT))
-    proxied = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "holdpoint_sdk.mcp_proxy", "--send-input", args.send_input, "--", sys.executable, str(UPSTREAM)],
-        env=env,
-        cwd=str(ROOT),
-    )
-    async with AsyncExitStack() as stack:
-        calls = {
-            "direct": await session_call(stack, direct, f"d{tag}"),
-            "holdpoint": await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}"),
-            "proxied": await session_call(stack, proxied, f"p{tag}"),
-            "logic": await logic_call(stack, direct, args.base_url, args.api_key, f"l{tag}"),
-        }
-        results: dict[str, list[float]] = {name: [] for name in calls}
-        # Interleaved call by call, so that the machine's load swings hit every series alike.
-        for i in range(-args.warmup, args.n):
-            for name, call in calls.items():
-                took = await call(i)
-                if i >= 0:
-                    results[name].append(took)
+
+    def proxy(url: str, marker: str) -> Any:
+        command = ["-m", "holdpoint_sdk.mcp_proxy", "--url", url, "--run-id", f"bench-{tag}-{marker}"]
+        command += ["--send-input", args.send_input, "--", sys.executable, str(UPSTREAM)]
+        return StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(ROOT))
+
+    stub_port = args.stub_port
+    stub = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(stub_port)])
+    stub_url = f"http://127.0.0.1:{stub_port}"
+    try:
+        await asyncio.sleep(1.0)
+        direct = StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=env, cwd=str(ROOT))
+        async with AsyncExitStack() as stack:
+            calls = {
+                "direct": await session_call(stack, direct, f"d{tag}"),
+                "proxied": await session_call(stack, proxy(args.base_url, "real"), f"p{tag}"),
+                "holdpoint": await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}"),
+                "stub": await holdpoint_call(stack, stub_url, "hp_stub", f"s{tag}"),
+                "proxied-stub": await session_call(stack, proxy(stub_url, "stub"), f"q{tag}"),
+            }
+            proxies = {"proxied": pids_with(f"bench-{tag}-real"), "proxied-stub": pids_with(f"bench-{tag}-stub")}
+            server_match = args.server_match or urlsplit(args.base_url).netloc
+            server = pids_with(server_match) + (pids_with(args.db_match) if args.db_match else [])
+            server_cpu = 0.0
+            results: dict[str, list[float]] = {name: [] for name in calls}
+            cpu: dict[str, float] = dict.fromkeys(calls, 0.0)
+            load_before = os.getloadavg()[0]
+            for i in range(-args.warmup, args.n):
+                for name, call in calls.items():
+                    watched = proxies.get(name, [])
+                    own_before, watched_before = time.process_time(), cpu_ms(watched)
+                    server_before = cpu_ms(server) if name == "holdpoint" else 0.0
+                    took = await call(i)
+                    if i >= 0:
+                        results[name].append(took)
+                        if name == "holdpoint":
+                            server_cpu += cpu_ms(server) - server_before
+                        if name in ("holdpoint", "stub"):
+                            cpu[name] += (time.process_time() - own_before) * 1000
+                        else:
+                            cpu[name] += cpu_ms(watched) - watched_before
+    finally:
+        stub.terminate()
+        stub.wait(timeout=10)
+    print(f"load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({os.cpu_count()} cores)")
+    print(f"Holdpoint at {args.base_url}; the stub at {stub_url}; cpu/call: the proxy process, or this one")
     for name, samples in results.items():
-        print(summary(name, samples))
+        print(summary(name, samples, cpu[name] / len(samples) if name != "direct" else None))
+    print(
+        f"Holdpoint's CPU for the two requests (processes matching {server_match!r}"
+        + (f" and {args.db_match!r}" if args.db_match else "")
+        + f", {len(server)} found): {server_cpu / len(results['holdpoint']):.2f} ms per call"
+    )
     p50 = {name: percentile(samples, 0.5) for name, samples in results.items()}
     added = p50["proxied"] - p50["direct"]
-    print(f"added by the proxy at p50: {added:.2f} ms (of which Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")
+    print(f"added by the proxy at p50: {added:.2f} ms (Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")
     print(f"proxy own at p50 (proxied - direct - holdpoint): {added - p50['holdpoint']:.2f} ms")
+    print(
+        f"proxy own at p50 against the stub (proxied-stub - direct): {p50['proxied-stub'] - p50['direct']:.2f} ms"
+        f" (of which the two stub requests: {p50['stub']:.2f} ms)"
+    )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--base-url", default=os.environ.get("HOLDPOINT_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--api-key", default=os.environ.get("HOLDPOINT_API_KEY", ""))
     parser.add_argument("-n", type=int, default=300, help="calls per series")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--send-input", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--stub-port", type=int, default=8799, help="where the stub Holdpoint listens")
+    parser.add_argument("--server-match", help="pgrep -f pattern of Holdpoint's processes (default: host:port)")
+    parser.add_argument("--db-match", help="pgrep -f pattern of its database backends, e.g. the database name")
+    parser.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.serve_stub:
+        serve_stub(arguments.serve_stub)
+        sys.exit(0)
     if not arguments.api_key:
         parser.error("an API key is needed (--api-key or HOLDPOINT_API_KEY)")
-    anyio.run(main, arguments)
+    asyncio.run(run(arguments))

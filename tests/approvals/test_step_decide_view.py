@@ -131,7 +131,7 @@ def test_four_eyes_needs_two_distinct_reviewers(
     assert awaiting.state == "awaiting_approval"
 
     again = decide(rita, awaiting, "approve", "really ok", **HTMX)
-    assert "You already approved this step; a second reviewer must approve it." in again.content.decode()
+    assert "You already approved this input; a second reviewer must approve it." in again.content.decode()
     awaiting.refresh_from_db()
     assert awaiting.state == "awaiting_approval"
     assert Decision.objects.filter(step=awaiting, action="approve").count() == 1

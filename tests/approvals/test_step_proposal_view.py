@@ -3,6 +3,7 @@ tool and the input as a tree, its fingerprint, what changed since the previous a
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -168,3 +169,39 @@ def test_the_queue_reads_a_bounded_prefix_of_each_input(rita: Client, agent: Age
 
     assert len(response.content) < 60_000  # five 20 KB inputs are not sent whole
     assert response.content.decode().count('class="input-summary"') == 5
+
+
+SECRETS = {
+    "aws key": "AKIAIOSFODNN7EXAMPLE",
+    "api key": "sk-live-" + "a1B2c3D4" * 4,
+    "bearer": "Bearer eyJraWQiOiJxIn0abcdefghijklmnop0123456789",
+    "url credentials": "S3cretPassw0rd",
+    "json inside": "hunter2-Very-Secret",
+    "credential key": "plainvalue-xyz-123",
+}
+
+
+def test_secrets_in_keys_values_arrays_and_json_strings_never_reach_a_page(rita: Client, agent: AgentClient) -> None:
+    tool_input = {
+        SECRETS["aws key"]: 1,
+        "note": f"use {SECRETS['api key']} for this",
+        "items": [
+            {"header": SECRETS["bearer"]},
+            ["nested", f"postgres://admin:{SECRETS['url credentials']}@db.example.com:5432/prod"],
+        ],
+        "payload": json.dumps({"password": SECRETS["json inside"], "amount": 3}),
+        "client_secret": SECRETS["credential key"],
+        "amount": 12,
+    }
+    step = held_with_input(agent, "run_1/secrets", tool_input)
+
+    pages = {
+        "step": rita.get(f"/steps/{step.pk}/").content.decode(),
+        "queues": rita.get("/").content.decode(),
+        "search": rita.get("/search", {"q": "run_1"}).content.decode(),
+    }
+
+    leaks = [(page, name) for page, html in pages.items() for name, secret in SECRETS.items() if secret in html]
+    assert leaks == []
+    assert "[REDACTED:" in pages["step"]
+    assert "Edit and approve" not in pages["step"]  # a redacted input is not offered for editing
