@@ -17,7 +17,9 @@ tools and prints what came back. Scenarios (`--scenario NAME`, default all):
                    corrected one is created
   approval         issue_refund over 500 -> held for a reviewer (prints the step page); with
                    --wait-for-approval SECONDS the proxy waits, and after an Approve in the
-                   dashboard the call returns the real refund
+                   dashboard the call returns the real refund; a reviewer who edits the input
+                   (say the amount) and approves gets the refund made with their input, and
+                   the answer says so
   outage           charge_card: the payment service is down (scope: service) -> the tool halts;
                    the next charge is refused without calling it
 """
@@ -49,6 +51,10 @@ def show(label: str, result: types.CallToolResult) -> dict[str, Any]:
     print(f"  {label}: isError={result.is_error} state={block.get('state')}")
     for line in lines:
         print(f"    {line}")
+    if block.get("input_edited"):
+        print(f"    (the tool ran the reviewer's input: {block.get('input')})")
+    if block.get("input_withheld"):
+        print(f"    (Holdpoint got the input's fingerprint only: {block['input_withheld']})")
     return block
 
 
@@ -73,7 +79,8 @@ async def scenario(session: ClientSession, name: str, run: str) -> None:
         show("the same input", await session.call_tool("create_customer", {"email": "ann.example.com"}))
         show("a corrected input", await session.call_tool("create_customer", {"email": f"ann+{run}@example.com"}))
     elif name == "approval":
-        print("  (approve it on the step page it prints when --wait-for-approval is given)")
+        print("  (approve it, or edit the amount and approve, on the step page it prints when --wait-for-approval")
+        print("  is given)")
         refund = {"order_id": f"ord_{run}", "amount": 900}
         show("issue_refund", await session.call_tool("issue_refund", refund))
     elif name == "outage":

@@ -4,7 +4,9 @@ A config file (`--config FILE`, TOML when it ends in `.toml`, else JSON) looks l
 
     hold_wait_s = 300          # wait this long for a reviewer before answering "held" (0: answer at once)
     call_timeout_s = 30        # an upstream call slower than this is a timeout (unknown on a write)
-    send_input = "auto"        # send the call's input with each attempt: auto | always | never
+    send_input = "auto"        # the call's input goes with each attempt, for the reviewer to read;
+                               # auto: one the gate will not take (over 32 KiB, refused) goes as its
+                               # fingerprint alone; always: the call fails instead; never: fingerprints
     read_only = ["get_invoice", "search_customers"]   # pass straight through, no Holdpoint
 
     [tools.create_invoice]
