@@ -7,7 +7,6 @@ the dashboard form's decision service.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.db.models import QuerySet
@@ -28,10 +27,14 @@ from envelopes.proposal import proposals_load
 
 from . import openapi
 from .auth import IsReviewer, ReviewerTokenAuthentication, ReviewerTokenRateThrottle
-from .errors import RoleRequired
-from .services import decide_with_etag, decision_refusal_log, step_etag, step_of_team, team_membership
-
-logger = logging.getLogger(__name__)
+from .services import (
+    decide_with_etag,
+    decider_membership,
+    decision_refusal_log,
+    step_etag,
+    step_of_team,
+    team_membership,
+)
 
 # The queues §10 serves (the dashboard's own, by the same state sets).
 QUEUE_KINDS = {queue.key: queue for queue in STEP_QUEUES if queue.key in ("approvals", "verifications", "escalations")}
@@ -151,9 +154,7 @@ class StepDecisionApi(ReviewerApiView):
     def post(self, request: Request, team: str, ref: str) -> Response:
         # Who may decide, before what the body says (decide_with_etag checks it again, in order).
         try:
-            membership = team_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
-            if not membership.can_decide:
-                raise RoleRequired(f"Your role in {team} is {membership.role}: only reviewers and admins decide.")
+            decider_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
         except HoldpointError as refused:
             decision_refusal_log(user=request.user, team_slug=team, action=_action_of(request), refused=refused)  # type: ignore[arg-type]
             raise

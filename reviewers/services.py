@@ -133,6 +133,14 @@ def team_membership(*, user: User, team_slug: str) -> Membership:
     return membership
 
 
+def decider_membership(*, user: User, team_slug: str) -> Membership:
+    """The user's membership in the team, when it may decide: TeamNotFound, else RoleRequired."""
+    membership = team_membership(user=user, team_slug=team_slug)
+    if not membership.can_decide:
+        raise RoleRequired(f"Your role in {team_slug} is {membership.role}: only reviewers and admins decide.")
+    return membership
+
+
 def step_of_team(team: Team, operation_ref: str) -> Step:
     step = None
     if 1 <= len(operation_ref) <= 200 and operation_ref.isprintable():
@@ -198,10 +206,7 @@ def _decide_with_etag(
     reason: str,
     edited_input: dict[str, Any] | None,
 ) -> DecisionResult:
-    membership = team_membership(user=user, team_slug=team_slug)
-    team = membership.team
-    if not membership.can_decide:
-        raise RoleRequired(f"Your role in {team.slug} is {membership.role}: only reviewers and admins decide.")
+    team = decider_membership(user=user, team_slug=team_slug).team
     step = step_of_team(team, operation_ref)
     reason = reason.strip()
     if action not in Decision.Action.values:
