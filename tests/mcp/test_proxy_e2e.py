@@ -302,3 +302,25 @@ def test_a_rejected_refund_is_never_made_and_the_client_is_told_to_stop(rig: Rig
     assert "is closed (rejected); do not call this tool again for it." in text(rejected)
     assert len(rig.upstream_calls("issue_refund")) == 1  # only the call that asked for approval
     assert (step(rig, "issue_refund").state, step(rig, "issue_refund").reason) == ("cancelled", "rejected")
+
+
+def test_a_client_that_names_its_operation_in_meta_gets_that_step_whatever_the_input(rig: Rig) -> None:
+    meta = {"dev.holdpoint/operation_ref": "order-42/invoice", "dev.holdpoint/run_id": "agent-run-7"}
+
+    async def scenario(session: Any) -> tuple[types.CallToolResult, types.CallToolResult]:
+        first = await session.call_tool("create_invoice", {"customer": "cus_42", "amount": 10}, meta=meta)
+        # The agent retries the same operation with a reworded input: still the same write.
+        again = await session.call_tool(
+            "create_invoice", {"customer": "cus_42", "amount": 10.0, "memo": "x"}, meta=meta
+        )
+        return first, again
+
+    first, again = run(rig, scenario)
+
+    assert not first.is_error and holdpoint(first)["operation_ref"] == "order-42/invoice"
+    assert again.is_error and holdpoint(again)["refused"] == "already_committed"
+    assert len(rig.upstream_calls("create_invoice")) == 1
+    created = step(rig, "create_invoice")
+    assert (created.operation_ref, created.run_id, created.state) == ("order-42/invoice", "agent-run-7", "succeeded")
+    # The proxy owns its namespace: the upstream sees the step's keys, set by the proxy.
+    assert rig.upstream_calls("create_invoice")[0]["meta"]["dev.holdpoint/operation_ref"] == "order-42/invoice"
