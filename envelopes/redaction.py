@@ -605,6 +605,7 @@ _CREDENTIAL_NAMES = frozenset(
         "cookie",
     }
 )
+_PAIR_NAME_PARTS = _SECRET_NAME_PARTS + _SESSION_ID_PARTS
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _PAIR_RULES = (_PASSWORD, _SESSION_ID)
 
@@ -659,6 +660,28 @@ class _Walker:
         self.credential_keys = credential_keys
         self.found: set[str] = set()
         self.hits = 0  # values and keys replaced so far
+        # The text pass per distinct string, and the credential check per distinct key, once per
+        # walk: an array of objects repeats its keys (and often values) hundreds of times, and
+        # each text pass tries every rule. Kept for this walk only.
+        self.redacted: dict[str, Redacted] = {}
+        self.credential: dict[str, bool] = {}
+        self.pair_named: dict[str, bool] = {}
+
+    def may_pair(self, key: str) -> bool:
+        """Whether `key` can start a pair the pair rules redact: their name part lies within the
+        key, and holds one of these words in any case (casefold: the long s and the Kelvin sign match under
+        IGNORECASE), so a key without one is never a secret's name."""
+        known = self.pair_named.get(key)
+        if known is None:
+            folded = key.casefold()
+            known = self.pair_named[key] = any(part in folded for part in _PAIR_NAME_PARTS)
+        return known
+
+    def is_credential(self, key: str) -> bool:
+        known = self.credential.get(key)
+        if known is None:
+            known = self.credential[key] = self.credential_keys and is_credential_key(key)
+        return known
 
     def text(self, text: str, depth: int) -> str:
         text = _storable(text)
@@ -676,7 +699,9 @@ class _Walker:
                     return json.dumps(walked, ensure_ascii=False)
                 except (ValueError, RecursionError):
                     self.hits = before  # the text pass below decides
-        redacted = _redact_text(text)
+        redacted = self.redacted.get(text)
+        if redacted is None:
+            redacted = self.redacted[text] = _redact_text(text)
         if redacted.kinds:
             self.found.update(redacted.kinds)
             self.hits += 1
@@ -685,11 +710,11 @@ class _Walker:
     def pair(self, key: str, child: Any, depth: int) -> Any:
         """The value of `key`: replaced whole when the key names a credential (option), or when
         `key: value` is a pair the text rules redact (`password`, `sessionid`...)."""
-        if self.credential_keys and is_credential_key(key):
+        if self.is_credential(key):
             self.found.add("key_name")
             self.hits += 1
             return _placeholder("key_name")
-        if isinstance(child, str | int | float) and not isinstance(child, bool):
+        if isinstance(child, str | int | float) and not isinstance(child, bool) and self.may_pair(key):
             shown = child if isinstance(child, str) else json.dumps(child)
             pair = f"{key}={json.dumps(shown, ensure_ascii=False)}"
             for pattern in _PAIR_RULES:
@@ -715,9 +740,7 @@ class _Walker:
                     name = self.text(str(key), depth)
                     while name in out:  # two keys that read the same once redacted
                         name += "'"
-                    if isinstance(child, dict | list | tuple) and not (
-                        self.credential_keys and is_credential_key(str(key))
-                    ):
+                    if isinstance(child, dict | list | tuple) and not self.is_credential(str(key)):
                         out[name], frame = self.start(child, depth)
                     else:
                         out[name], frame = self.pair(str(key), child, depth), None

@@ -608,3 +608,27 @@ def test_redact_body_accepts_any_bytes_and_returns_storable_text(raw: bytes) -> 
     assert "\x00" not in redacted.text
     redacted.text.encode("utf-8")
     assert set(redacted.kinds) <= set(KINDS)
+
+
+_KEY_PARTS = st.sampled_from(
+    ["pass", "PWD", "Secret", "tok", "en", "KEY", "api", "_", "-", "session", "ID", "\u017f", "\u212a"]
+)
+_VALUES = st.one_of(
+    st.sampled_from(["hunter2!", "true", "s3cr3t-value", "incorrect", "abc123", 42, 3.5]), st.text(max_size=12)
+)
+
+
+@given(key=st.lists(_KEY_PARTS, min_size=1, max_size=5).map("".join), value=_VALUES)
+def test_the_walk_skips_the_pair_rules_only_for_keys_they_can_never_name(key: str, value: object) -> None:
+    """redact_json skips the pair rules for a key without a secret's name part (a shortcut for
+    large inputs): it answers exactly as the walk that tries them on every key."""
+    from envelopes import redaction
+
+    shortcut = redact_json({key: value}, credential_keys=False)
+    original = redaction._Walker.may_pair
+    try:
+        redaction._Walker.may_pair = lambda self, key: True  # type: ignore[method-assign]
+        reference = redact_json({key: value}, credential_keys=False)
+    finally:
+        redaction._Walker.may_pair = original  # type: ignore[method-assign]
+    assert shortcut == reference
