@@ -23,7 +23,7 @@ from notifications.models import SlackLink
 from notifications.services import channel_create
 from notifications.tasks import notify, slack_response_send
 from tests.conftest import AgentClient, logged_in
-from tests.notifications.conftest import SlackReceiver, hold
+from tests.notifications.conftest import SlackReceiver, hold, slack_refusal
 from tests.webhooks.conftest import Receiver
 
 pytestmark = pytest.mark.usefixtures("allow_private", "no_enqueue", "replies_inline")
@@ -124,6 +124,8 @@ def link(user: Any, member: str) -> SlackLink:
 
 
 def replies(receiver: Receiver) -> list[dict[str, Any]]:
+    """What reached the response_url, each a body Slack accepts (text, known block types)."""
+    assert all(slack_refusal(request.body) is None for request in receiver.received)
     return [json.loads(request.body) for request in receiver.received]
 
 
