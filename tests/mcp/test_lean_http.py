@@ -254,3 +254,28 @@ def test_httpx_stays_where_the_lean_client_does_not_apply(monkeypatch: pytest.Mo
     monkeypatch.setenv("NO_PROXY", "holdpoint.example")
     assert run(probe("https://holdpoint.example"))
     assert lean_http_for("http://127.0.0.1:8000", headers={}, timeout=1) is None  # no running loop
+
+
+def test_a_host_name_is_looked_up_once_while_its_address_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    original = LeanHttp._open
+
+    async def recording(self: LeanHttp, address: str) -> Any:
+        opened.append(address)
+        return await original(self, address)
+
+    monkeypatch.setattr(LeanHttp, "_open", recording)
+
+    async def scenario() -> Server:
+        async with serving(Server(ok(), keep_alive=False)) as server:
+            http = LeanHttp(f"http://localhost:{server.port}", headers={}, timeout=5)
+            for _ in range(3):
+                assert (await http.request("GET", "/healthz")).status_code == 201
+            await http.aclose()
+            return server
+
+    server = run(scenario())
+
+    assert server.connections == 3
+    assert opened == ["localhost", "127.0.0.1", "127.0.0.1"]
+    assert server.requests[2].headers["host"] == f"localhost:{server.port}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, cast
@@ -30,6 +31,7 @@ import httpx
 from ..client import AsyncHoldpoint
 
 MAX_IDLE = 8  # kept-alive connections waiting for the next request
+ADDRESS_TTL_S = 60.0  # how long a host name's address is reused without looking it up again
 READ_CHUNK = 64 * 1024
 
 
@@ -80,15 +82,34 @@ class LeanHttp:
         self.timeout = timeout
         self.ssl = (ssl_context or httpx.create_ssl_context()) if parts.scheme == "https" else None
         self._idle: list[_Connection] = []
+        self._address: str | None = None  # the IP address the last new connection reached
+        self._address_until = 0.0
         self._closed = False
 
     # --- connections ------------------------------------------------------------------------
 
     async def _connect(self) -> _Connection:
+        # The address the last connection reached, while it keeps working: a server that closes
+        # every connection (gunicorn's sync workers) would otherwise cost a name look-up in a
+        # thread, and for `localhost` a refused try of ::1, on every request.
+        # Kept a minute at most, so that a moved server is found by its name again.
+        if self._address is not None and time.monotonic() < self._address_until:
+            try:
+                return await self._open(self._address)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                pass
+        self._address = None
+        connection = await self._open(self.host)
+        peer = connection.writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+            self._address, self._address_until = peer[0], time.monotonic() + ADDRESS_TTL_S
+        return connection
+
+    async def _open(self, address: str) -> _Connection:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(
-                    self.host,
+                    address,
                     self.port,
                     ssl=self.ssl,
                     server_hostname=self.host if self.ssl else None,
