@@ -166,7 +166,7 @@ def _step_context(
     envelope = step.last_envelope
     page = page or timeline.step_timeline(step)
     proposal = proposal_of(step)
-    tree = inputs.input_tree(proposal.input) if proposal is not None and proposal.input is not None else []
+    tree = inputs.input_tree(proposal.input) if proposal is not None and proposal.input is not None else None
     # A refused "Edit and approve" keeps the reviewer's text and opens its own form again.
     edit_form = form if form is not None and form.data.get("edit") else None
     edit_text = ""
@@ -179,7 +179,6 @@ def _step_context(
         "edit_form": edit_form,
         "edit_text": edit_text,
         "input_tree": tree,
-        "input_redactions": inputs.redacted_count(tree),
         "comparison": inputs.compare(proposal, previous_proposal(step, proposal)) if proposal is not None else None,
         "step": step,
         "membership": membership,
