@@ -16,7 +16,7 @@ from envelopes.configuration import tool_configure
 from envelopes.models import Step, Team
 from envelopes.proposal import input_fingerprint
 from tests.approvals.conftest import held_with_input, propose
-from tests.browser.conftest import Watched, log_in
+from tests.browser.conftest import Watched, log_in, screenshot
 from tests.conftest import AgentClient, error_envelope
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -145,16 +145,24 @@ def test_hostile_input_keys_and_values_show_as_text_everywhere(
 def test_a_reviewer_edits_the_input_and_approves_it(
     open_page: OpenPage, make_reviewer: Any, agent: AgentClient
 ) -> None:
-    step = held_with_input(agent, "run_67/refund", {"amount": 1250, "customer": "cus_9"})
+    ref = "run_67/refund"
+    propose(agent, ref, {"amount": 1250, "customer": "cus_9", "reason": "duplicate charge", "order": {"id": "ord_1"}})
+    correct_input(agent, ref)
+    step = held_with_input(agent, ref, {"amount": 1250, "customer": "cus_9", "order": {"id": "ord_77", "lines": 3}})
     make_reviewer("rita", "reviewer")
     page = open_page().page
     log_in(page, "rita")
     page.goto(f"/steps/{step.pk}/")
+    expect(page.locator("#input-diff .diff-removed")).to_contain_text("/reason")
+    screenshot(page, "step-proposal.png")
 
-    expect(page.locator("#input-fingerprint")).to_have_text(input_fingerprint({"amount": 1250, "customer": "cus_9"}))
+    proposed = {"amount": 1250, "customer": "cus_9", "order": {"id": "ord_77", "lines": 3}}
+    expect(page.locator("#input-fingerprint")).to_have_text(input_fingerprint(proposed))
     page.get_by_text("Edit the input before approving").click()
-    page.locator("#edit-input").fill('{"amount": 1000, "customer": "cus_9"}')
+    edited = {**proposed, "amount": 1000}
+    page.locator("#edit-input").fill(json.dumps(edited, indent=2))
     page.locator("#edit-reason").fill("Capped at the order total.")
+    screenshot(page, "step-edit-approve.png")
     page.get_by_role("button", name="Edit and approve").click()
 
     expect(page.locator("#decision-feedback")).to_contain_text("Approved with your edits.")
@@ -164,7 +172,7 @@ def test_a_reviewer_edits_the_input_and_approves_it(
     expect(change).to_contain_text("1250")
     expect(change).to_contain_text("1000")
     step.refresh_from_db()
-    assert step.approval_fingerprint == input_fingerprint({"amount": 1000, "customer": "cus_9"})
+    assert step.approval_fingerprint == input_fingerprint(edited)
 
 
 def test_two_reviewers_editing_at_once_one_wins(open_page: OpenPage, make_reviewer: Any, agent: AgentClient) -> None:
