@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -34,12 +35,14 @@ from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from . import hot_sql, lifecycle, schema
+from .errors import AttemptRefused
 from .events import DomainEvent, consumers
 from .lifecycle import TERMINAL
-from .models import Envelope, ErrorCode, Step, Team, Tool
+from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
-from .services import IngestAnswer
-from .transitions import AGENT, event_plan
+from .proposal import AcceptedInput, Proposal, proposal_remember
+from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer
+from .transitions import AGENT, Applied, event_plan
 
 
 class _NotHot(Exception):
@@ -68,32 +71,61 @@ def _no_decisions() -> Any:
     return Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
 
 
+@dataclass
+class _Context:
+    tool: Tool
+    step: Step | None  # locked FOR UPDATE
+    documented: bool
+    new_step_id: int | None
+    envelope_id: int | None
+
+
 @functools.cache
-def _context_sql() -> str:
-    """The tool, the documented check, the locked step, its decisions, the new rows' ids."""
-    decisions = Step._meta.get_field("decisions").related_model  # the reviewers' app, by relation
-    step_fk = Step._meta.get_field("decisions").field.column  # type: ignore[union-attr]
+def _context_sql(ingest: bool) -> str:
+    """The tool, the step locked FOR UPDATE with its last envelope, whether it has decisions,
+    what its proposal reads (the latest attempt, the refused input under review:
+    envelopes.proposal.proposal_of), the new rows' ids, and for an envelope whether its code is
+    documented."""
+    relation = Step._meta.get_field("decisions")
+    decisions = relation.related_model  # the reviewers' app, reached by the relation only
+    step_fk = relation.field.column  # type: ignore[union-attr]
     q = hot_sql.quote
+    step_id = f"s.{q('id')}"
+    documented = (
+        f"EXISTS (SELECT 1 FROM {hot_sql.table(ErrorCode)} c WHERE c.{q('team_id')} = %(team)s "  # noqa: S608
+        f"AND c.{q('code')} = %(code)s AND (c.{q('tool_id')} = t.{q('id')} OR c.{q('tool_id')} IS NULL))"
+        if ingest
+        else "true"
+    )
+    envelope_id = "nextval(pg_get_serial_sequence(%(envelope_table)s, 'id'))" if ingest else "NULL::bigint"
     return (
-        f"SELECT {hot_sql.select_list(Tool, 't')}, "  # noqa: S608 (names only)
-        f"EXISTS (SELECT 1 FROM {hot_sql.table(ErrorCode)} c WHERE c.{q('team_id')} = %(team)s "
-        f"AND c.{q('code')} = %(code)s AND (c.{q('tool_id')} = t.{q('id')} OR c.{q('tool_id')} IS NULL)), "
-        f"CASE WHEN s.{q('id')} IS NULL THEN nextval(pg_get_serial_sequence(%(step_table)s, 'id')) END, "
-        f"nextval(pg_get_serial_sequence(%(envelope_table)s, 'id')), "
-        f"s.{q('id')} IS NOT NULL AND EXISTS (SELECT 1 FROM {hot_sql.table(decisions)} d "  # type: ignore[arg-type]
-        f"WHERE d.{q(step_fk)} = s.{q('id')}), "
+        f"SELECT {hot_sql.select_list(Tool, 't')}, {documented}, "  # noqa: S608 (names only)
+        f"CASE WHEN {step_id} IS NULL THEN nextval(pg_get_serial_sequence(%(step_table)s, 'id')) END, "
+        f"{envelope_id}, "
+        f"{step_id} IS NOT NULL AND EXISTS (SELECT 1 FROM {hot_sql.table(decisions)} d "  # type: ignore[arg-type]
+        f"WHERE d.{q(step_fk)} = {step_id}), "
+        f"{hot_sql.select_list(Attempt, 'a')}, {hot_sql.select_list(ProposedInput, 'p')}, "
+        f"{hot_sql.select_list(Envelope, 'e')}, "
         f"{hot_sql.select_list(Step, 's')} "
         f"FROM {hot_sql.table(Tool)} t LEFT JOIN LATERAL ("
         f"SELECT * FROM {hot_sql.table(Step)} WHERE {q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s "
         f"FOR UPDATE) s ON true "
+        f"LEFT JOIN LATERAL (SELECT * FROM {hot_sql.table(Attempt)} WHERE {q('step_id')} = {step_id} "
+        f"AND s.{q('last_fingerprint')} <> '' ORDER BY {q('number')} DESC LIMIT 1) a ON true "
+        f"LEFT JOIN LATERAL (SELECT * FROM {hot_sql.table(ProposedInput)} WHERE {q('step_id')} = {step_id} "
+        f"AND s.{q('approval_fingerprint')} NOT IN ('', s.{q('last_fingerprint')}) "
+        f"AND {q('fingerprint')} = s.{q('approval_fingerprint')} ORDER BY {q('id')} DESC LIMIT 1) p ON true "
+        f"LEFT JOIN {hot_sql.table(Envelope)} e ON e.{q('id')} = s.{q('last_envelope_id')} "
         f"WHERE t.{q('team_id')} = %(team)s AND t.{q('name')} = %(tool)s"
     )
 
 
-def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: str, now: datetime) -> IngestAnswer:
+def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None) -> _Context:
+    """One read in the caller's transaction (see `_context_sql`); the step comes with its
+    decisions' prefetch cache and its proposal remembered, so that its answer reads nothing."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _context_sql(),
+            _context_sql(code is not None),
             {
                 "team": team.pk,
                 "tool": tool_name,
@@ -106,11 +138,42 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         row = cursor.fetchone()
     if row is None:
         raise _NotHot("a tool the team does not have yet")
-    tool_columns = len(hot_sql.column_fields(Tool))
+    at = len(hot_sql.column_fields(Tool))
     tool: Tool = hot_sql.from_row(Tool, row)
-    documented, new_step_id, envelope_id, has_decisions = row[tool_columns : tool_columns + 4]
-    step_row = row[tool_columns + 4 :]
-    step: Step | None = None if step_row[0] is None else hot_sql.from_row(Step, step_row)
+    documented, new_step_id, envelope_id, has_decisions = row[at : at + 4]
+    at += 4
+    attempt_row = row[at : at + len(hot_sql.column_fields(Attempt))]
+    at += len(hot_sql.column_fields(Attempt))
+    refused_row = row[at : at + len(hot_sql.column_fields(ProposedInput))]
+    at += len(hot_sql.column_fields(ProposedInput))
+    envelope_row = row[at : at + len(hot_sql.column_fields(Envelope))]
+    at += len(hot_sql.column_fields(Envelope))
+    step: Step | None = None
+    if row[at] is not None:
+        step = hot_sql.from_row(Step, row[at:])
+        step.team = team
+        step.last_envelope = None if envelope_row[0] is None else hot_sql.from_row(Envelope, envelope_row)
+        if has_decisions:
+            prefetch_related_objects([step], decisions_prefetch())
+        else:  # no decisions to read: the answer need not ask
+            step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[union-attr]
+        # proposal.proposal_of, from the rows read above.
+        proposal = None
+        if refused_row[0] is not None:
+            refused: ProposedInput = hot_sql.from_row(ProposedInput, refused_row)
+            proposal = Proposal(None, refused.fingerprint, refused.input, refused.input_redacted, refused.proposed_at)
+        elif attempt_row[0] is not None:
+            attempt: Attempt = hot_sql.from_row(Attempt, attempt_row)
+            proposal = Proposal(
+                attempt.number, attempt.fingerprint, attempt.input, attempt.input_redacted, attempt.granted_at
+            )
+        proposal_remember(step, proposal)
+    return _Context(tool, step, bool(documented), new_step_id, envelope_id)
+
+
+def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: str, now: datetime) -> IngestAnswer:
+    found = _context(team, tool_name, operation_ref, code=code)
+    tool, step, documented = found.tool, found.step, found.documented
 
     context = schema.ToolContext(
         max_attempts=tool.max_attempts,
@@ -123,7 +186,7 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
     except schema.EnvelopeRejected as rejected:
         raise _NotHot("rejected: the quarantine is the service's") from rejected
     flags = set(parsed.flags)
-    documented = True if parsed.ok else bool(documented) and (parsed.code or "") == code
+    documented = True if parsed.ok else documented and (parsed.code or "") == code
     if not documented:
         if tool.strict_codes:
             raise _NotHot("an undocumented code for a strict tool: the quarantine is the service's")
@@ -146,14 +209,8 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         verification_deadline_s=tool.verification_deadline_s,
         approval_ttl_s=tool.approval_ttl_s,
     )
-    if step is not None:
-        if step.tool_id != tool.pk or step.state in TERMINAL:
-            raise _NotHot("a tool mismatch or a closed step is the service's")
-        step.team = team
-        if has_decisions:
-            prefetch_related_objects([step], decisions_prefetch())
-        else:  # no decisions to read: the answer need not ask
-            step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[attr-defined]
+    if step is not None and (step.tool_id != tool.pk or step.state in TERMINAL):
+        raise _NotHot("a tool mismatch or a closed step is the service's")
     applied = event_plan(
         event=event,
         actor=AGENT,
@@ -163,15 +220,15 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         tool=tool,
         operation_ref=operation_ref,
         step=step,
-        new_step_id=new_step_id,
+        new_step_id=found.new_step_id,
         correlation_id=correlation_id,
         run_id=parsed.run_id or "",
     )
     if applied is None or applied.step is None:
         raise _NotHot("no step to create")
-    step, outcome, created, links = applied.step, applied.outcome, applied.created, applied.audit_events
+    step, outcome = applied.step, applied.outcome
     envelope = Envelope(
-        id=envelope_id,
+        id=found.envelope_id,
         team=team,
         tool=tool,
         step=step,
@@ -204,34 +261,7 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
     )
     if not outcome.ignored:
         step.last_envelope = envelope
-    step.updated_at = now  # transitions.step_save's changes
-    step.version += 1
-
-    statements = [hot_sql.insert(step) if created else hot_sql.update(step)]
-    statements += [hot_sql.insert(link) for link in links]
-    statements.append(hot_sql.insert(envelope))
-    emitted: dict[str, Any] | None = None
-    if outcome.changed:
-        emitted = {"step": step_representation(step), "cause": "envelope"}
-        statements.append(
-            hot_sql.insert(
-                DomainEvent(
-                    team_id=team.pk,
-                    type="step.state_changed",
-                    step_id=step.pk,
-                    tool=tool.name,
-                    data=emitted,
-                    created_at=timezone.now(),
-                )
-            )
-        )
-    sql, params = hot_sql.combined(statements)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    hot_sql.mark_saved(step, envelope, *links)
-    if emitted is not None:
-        for consumer in consumers():  # events.event_emit's hand-over, after its row
-            consumer(team_id=team.pk, event_type="step.state_changed", data=emitted, step_id=step.pk)
+    _write(applied, [envelope], cause="envelope", now=now)
     return IngestAnswer(
         envelope=envelope,
         step=step,
@@ -240,3 +270,146 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         dropped_detail_keys=parsed.dropped_detail_keys,
         flags=tuple(sorted(flags)),
     )
+
+
+def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> None:
+    """apply_event's writes in one statement: the step with step_save's changes (INSERT when it
+    is new, else UPDATE of the locked row), its audit links, the caller's rows, and when the
+    state changed the domain event; then the event's consumers (events.event_emit's hand-over)."""
+    step, outcome = applied.step, applied.outcome
+    assert step is not None
+    step.updated_at = now  # transitions.step_save
+    step.version += 1
+    statements = [hot_sql.insert(step) if applied.created else hot_sql.update(step)]
+    statements += [hot_sql.insert(row) for row in [*applied.audit_events, *rows]]
+    emitted: dict[str, Any] | None = None
+    if outcome.changed:
+        emitted = {"step": step_representation(step), "cause": cause}
+        event = DomainEvent(
+            team_id=step.team_id,
+            type="step.state_changed",
+            step_id=step.pk,
+            tool=step.tool.name,
+            data=emitted,
+            created_at=timezone.now(),
+        )
+        statements.append(hot_sql.insert(event))
+    sql, params = hot_sql.combined(statements)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    hot_sql.mark_saved(step, *applied.audit_events, *rows)
+    if emitted is not None:
+        for consumer in consumers():
+            consumer(team_id=step.team_id, event_type="step.state_changed", data=emitted, step_id=step.pk)
+
+
+# --- the attempt gate -----------------------------------------------------------------------
+
+
+def attempt_request(
+    *,
+    team: Team,
+    operation_ref: str,
+    tool_name: str,
+    fingerprint: str,
+    accepted: AcceptedInput | None,
+    run_id: str = "",
+    correlation_id: str = "",
+    now: datetime | None = None,
+) -> AttemptGrant | None:
+    """The attempt gate on the hot path (as `services.attempt_request`, whose `input` the caller
+    has already accepted with `proposal.input_accept`): the grant, or AttemptRefused raised
+    once the refusal's audit link is committed; None when it is not the common case (a new
+    tool, another tool's step, a refusal before any step exists, a race on a new step: nothing
+    was written, the caller runs the service)."""
+    if connection.vendor != "postgresql":
+        return None
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            applied, attempt = _attempt(
+                team, operation_ref, tool_name, fingerprint, accepted, run_id, correlation_id, now
+            )
+    except (_NotHot, IntegrityError):
+        return None
+    step, outcome = applied.step, applied.outcome
+    assert step is not None
+    if outcome.refusal:
+        raise AttemptRefused(
+            outcome.refusal,
+            REFUSAL_DETAIL[outcome.refusal],
+            step=step,
+            directive=step_representation(
+                step, directive_reason=outcome.directive_reason, directive_not_before=outcome.directive_not_before
+            )["directive"],
+            retry_after=outcome.retry_after,
+        )
+    assert attempt is not None
+    return AttemptGrant(attempt=attempt, step=step)
+
+
+def _attempt(
+    team: Team,
+    operation_ref: str,
+    tool_name: str,
+    fingerprint: str,
+    accepted: AcceptedInput | None,
+    run_id: str,
+    correlation_id: str,
+    now: datetime,
+) -> tuple[Applied, Attempt | None]:
+    found = _context(team, tool_name, operation_ref, code=None)
+    tool, step = found.tool, found.step
+    if step is not None and step.tool_id != tool.pk:
+        raise _NotHot("another tool's step: the service's tool_mismatch")
+    event = lifecycle.AttemptRequested(
+        fingerprint=fingerprint,
+        consistency_window_s=tool.consistency_window_s,
+        verification_deadline_s=tool.verification_deadline_s,
+        approval_ttl_s=tool.approval_ttl_s,
+    )
+    applied = event_plan(
+        event=event,
+        actor=AGENT,
+        cause="attempt",
+        now=now,
+        team=team,
+        tool=tool,
+        operation_ref=operation_ref,
+        step=step,
+        new_step_id=found.new_step_id,
+        correlation_id=correlation_id,
+        run_id=run_id,
+    )
+    if applied is None or applied.step is None:
+        raise _NotHot("refused before any step exists")
+    step, outcome = applied.step, applied.outcome
+    if not (applied.created or applied.audit_events or outcome.granted):
+        raise _NotHot("nothing of the step to save: apply_event's narrower cases")
+    # services.attempt_request's attempt_create.
+    stored_input = accepted.stored if accepted else None
+    redacted = accepted.redacted if accepted else False
+    rows: list[Any] = []
+    attempt = None
+    if outcome.granted:
+        attempt = Attempt(
+            step=step,
+            number=step.attempts,
+            fingerprint=fingerprint,
+            run_id=run_id,
+            correlation_id=correlation_id,
+            granted_at=now,
+            input=stored_input,
+            input_redacted=redacted,
+        )
+        rows.append(attempt)
+        proposal_remember(step, Proposal(attempt.number, fingerprint, stored_input, redacted, now))
+    elif outcome.refusal == "approval_mismatch":
+        rows.append(
+            ProposedInput(
+                step=step, fingerprint=fingerprint, input=stored_input, input_redacted=redacted, proposed_at=now
+            )
+        )
+        proposal_remember(step, Proposal(None, fingerprint, stored_input, redacted, now))
+    _write(applied, rows, cause="attempt", now=now)
+    return applied, attempt

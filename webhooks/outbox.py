@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -10,7 +11,7 @@ from typing import Any
 
 from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .models import OutboxMessage, WebhookEndpoint
@@ -27,20 +28,38 @@ def event_emit(
 ) -> int:
     """Queue one message per active endpoint of the team; returns how many were queued.
 
-    `data` may be a callable, so that building the body costs nothing for a team without
-    endpoints. Once the caller's transaction commits, a delivery task is enqueued to cut the
-    wait; the beat sweep delivers the messages anyway if that enqueue is lost."""
-    endpoint_ids = list(WebhookEndpoint.objects.filter(team_id=team_id, active=True).values_list("id", flat=True))
-    if not endpoint_ids:
-        return 0
+    `data` may be a callable, built only when the team has endpoints. A body already built (the
+    event stream's consumers get one) is written, on PostgreSQL, by one statement that reads
+    the endpoints and inserts the messages. Once the caller's transaction commits, a delivery
+    task is enqueued to cut the wait; the beat sweep delivers the messages anyway if that
+    enqueue is lost."""
+    if connection.vendor == "postgresql" and not callable(data):
+        queued = _queue_in_one_statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
+    else:
+        queued = _queue(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
+    if queued:
+        transaction.on_commit(enqueue_delivery)
+    return queued
+
+
+def _body(event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], now: Any) -> str:
     if callable(data):
         data = data()
-    now = timezone.now()
-    body = json.dumps(
+    return json.dumps(
         {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": data},
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )
+
+
+def _queue(
+    *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
+) -> int:
+    endpoint_ids = list(WebhookEndpoint.objects.filter(team_id=team_id, active=True).values_list("id", flat=True))
+    if not endpoint_ids:
+        return 0
+    now = timezone.now()
+    body = _body(event_type, data, now)
     OutboxMessage.objects.bulk_create(
         OutboxMessage(
             team_id=team_id,
@@ -53,8 +72,53 @@ def event_emit(
         )
         for endpoint_id in endpoint_ids
     )
-    transaction.on_commit(enqueue_delivery)
     return len(endpoint_ids)
+
+
+@functools.cache
+def _insert_from_endpoints() -> tuple[str, tuple[Any, ...]]:
+    """One INSERT ... SELECT writing a message per active endpoint of the team (on PostgreSQL):
+    one round trip instead of reading the endpoints and then inserting, on every transition of
+    every team (issue 14). Columns not set here take their model default as a parameter."""
+    given = {"team": "%(team)s", "endpoint": "e.id", "step": "%(step)s", "event_type": "%(event_type)s"}
+    given |= {"body": "%(body)s", "next_try_at": "%(now)s", "created_at": "%(now)s"}
+    given["message_id"] = "'msg_' || replace(gen_random_uuid()::text, '-', '')"  # uuid4().hex's form
+    quote = connection.ops.quote_name
+    columns, values, defaults = [], [], []
+    for field in OutboxMessage._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(quote(field.column or field.attname))
+        if field.name in given:
+            values.append(given[field.name])
+        else:
+            values.append(f"%({field.attname})s")
+            defaults.append(field)
+    sql = (
+        f"INSERT INTO {quote(OutboxMessage._meta.db_table)} ({', '.join(columns)}) "  # noqa: S608 (names only)
+        f"SELECT {', '.join(values)} FROM {quote(WebhookEndpoint._meta.db_table)} e "
+        f"WHERE e.team_id = %(team)s AND e.active ORDER BY e.id"
+    )
+    return sql, tuple(defaults)
+
+
+def _queue_in_one_statement(
+    *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
+) -> int:
+    now = timezone.now()
+    sql, defaults = _insert_from_endpoints()
+    params: dict[str, Any] = {
+        "team": team_id,
+        "step": step_id,
+        "event_type": event_type,
+        "body": _body(event_type, data, now),
+        "now": now,
+    }
+    for field in defaults:
+        params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 # While this key exists a delivery task is queued and has not started yet: it will claim every

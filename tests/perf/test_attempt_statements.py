@@ -1,0 +1,160 @@
+"""Issue 14: the attempt gate's round trips are pinned, and its hot path (envelopes.hot) writes
+and answers exactly what the service (envelopes.services.attempt_request) does.
+
+Counted through the API door, key lookup included; inside a test's transaction the request's
+BEGIN and COMMIT are a SAVEPOINT and its RELEASE, and count the same."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import rfc8785
+
+from envelopes import hot, services
+from envelopes.audit import audit_verify
+from envelopes.errors import AttemptRefused
+from envelopes.events import DomainEvent
+from envelopes.models import Attempt, AuditEvent, ProposedInput, Step, Team
+from envelopes.proposal import input_accept
+from envelopes.transitions import tool_get_or_register
+from tests.conftest import AgentClient, error_envelope, fingerprint, success_envelope
+from webhooks.models import OutboxMessage
+from webhooks.services import endpoint_create
+
+GRANT_MAX = 6
+REFUSAL_MAX = 5
+INPUT = {"to": "a@example.com", "amount": 12.5, "items": [{"sku": "x", "qty": 2}]}
+INPUT_FP = hashlib.sha256(rfc8785.dumps(INPUT)).hexdigest()
+
+
+@pytest.fixture
+def endpoint(team: Team, settings):  # type: ignore[no-untyped-def]
+    settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
+    return endpoint_create(team=team, url="http://127.0.0.1:9/hook").endpoint
+
+
+def test_a_grant_is_at_most_6_statements(agent: AgentClient, endpoint, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    agent.attempt("warm-up", tool="send_email", fingerprint=fingerprint("w"))
+
+    with django_assert_max_num_queries(GRANT_MAX):
+        answer = agent.attempt("grant-1", tool="send_email", fingerprint=INPUT_FP, input=INPUT)
+
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["attempt"] == 1
+    assert answer.json()["step"]["proposal"]["input"] == INPUT
+    step = Step.objects.get(operation_ref="grant-1")
+    assert Attempt.objects.get(step=step).input == INPUT
+    assert OutboxMessage.objects.filter(step_id=step.pk).count() == 1
+
+
+def test_a_refusal_is_at_most_5_statements(agent: AgentClient, endpoint, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    agent.attempt("ref-1", tool="send_email", fingerprint=fingerprint("a"))
+    agent.envelope(error_envelope(operation_ref="ref-1"))  # needs_input: the same input is refused
+
+    with django_assert_max_num_queries(REFUSAL_MAX):
+        answer = agent.attempt("ref-1", tool="send_email", fingerprint=fingerprint("a"))
+
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["code"] == "identical_retry"
+    assert answer.json()["step"]["proposal"]["input_fingerprint"] == fingerprint("a")
+    assert AuditEvent.objects.filter(step__operation_ref="ref-1", kind="refusal").count() == 1
+
+
+# --- the hot path writes and answers what the service does ----------------------------------
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+VOLATILE = {"id", "step_id", "step", "team_id", "operation_ref", "chain", "hash", "prev_hash", "audit_head"}
+VOLATILE |= {"last_envelope_id", "url", "envelope_id", "correlation_id", "created_at", "updated_at"}
+
+
+def _row(instance: Any) -> dict[str, Any]:
+    return {
+        f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields if f.attname not in VOLATILE
+    }
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items() if key not in VOLATILE}
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return value
+
+
+def _written(ref: str) -> dict[str, Any]:
+    step = Step.objects.get(operation_ref=ref)
+    return {
+        "step": _row(step),
+        "attempts": [_row(a) for a in Attempt.objects.filter(step=step).order_by("number")],
+        "proposed": [_row(p) for p in ProposedInput.objects.filter(step=step).order_by("id")],
+        "audit": [_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
+        "events": [_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")],
+        "outbox": OutboxMessage.objects.filter(step_id=step.pk).count(),
+    }
+
+
+def _gate(path: str, team: Team, ref: str, fp: str, sent: Any, now: datetime) -> Any:
+    fields = {"team": team, "operation_ref": ref, "tool_name": "send_email", "fingerprint": fp, "now": now}
+    try:
+        if path == "hot":
+            accepted = input_accept(sent, fingerprint=fp) if sent is not None else None
+            grant = hot.attempt_request(**fields, accepted=accepted)
+            assert grant is not None, "the common case takes the hot path"
+        else:
+            grant = services.attempt_request(**fields, input=sent)
+    except AttemptRefused as refused:
+        return {"refused": refused.code, "directive": refused.directive, "step": _shape(refused.step.pk and {})}
+    return _shape(grant.as_dict())
+
+
+def _envelope(team: Team, ref: str, body: dict[str, Any], now: datetime) -> None:
+    services.envelope_ingest(
+        team=team, payload={**body, "operation_ref": ref}, dialect="canonical", raw_body=b"", now=now
+    )
+
+
+SECRET_INPUT = {"to": "a@example.com", "api_key": "sk_live_abcdefghijklmnop1234"}
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [("gate", INPUT_FP, INPUT)],
+        [("gate", fingerprint("a"), None), ("gate", fingerprint("a"), None)],  # unreported: refused
+        [("gate", fingerprint("a"), None), ("envelope", error_envelope()), ("gate", fingerprint("a"), None)],
+        [("gate", fingerprint("a"), None), ("envelope", error_envelope()), ("gate", INPUT_FP, INPUT)],
+        [("gate", fingerprint("a"), None), ("envelope", success_envelope()), ("gate", fingerprint("b"), None)],
+        [("gate", hashlib.sha256(rfc8785.dumps(SECRET_INPUT)).hexdigest(), SECRET_INPUT)],
+    ],
+    ids=["grant", "unreported", "identical-retry", "fixed-input", "committed", "redacted-input"],
+)
+def test_the_hot_gate_writes_and_answers_what_the_service_does(team: Team, endpoint, steps: list[Any]) -> None:  # type: ignore[no-untyped-def]
+    tool_get_or_register(team=team, name="send_email")
+    for number, (kind, *args) in enumerate(steps):
+        now = NOW + timedelta(seconds=number)
+        if kind == "envelope":
+            _envelope(team, "hot", args[0], now)
+            _envelope(team, "svc", args[0], now)
+            continue
+        fp, sent = args
+        assert _gate("hot", team, "hot", fp, sent, now) == _gate("svc", team, "svc", fp, sent, now)
+
+    assert _written("hot") == _written("svc")
+    assert audit_verify() == []
+
+
+def test_what_the_hot_gate_leaves_to_the_service(team: Team) -> None:
+    assert (
+        hot.attempt_request(team=team, operation_ref="r", tool_name="new_tool", fingerprint="0" * 64, accepted=None)
+        is None
+    )
+    assert Step.objects.count() == 0
+    services.attempt_request(team=team, operation_ref="r", tool_name="send_email", fingerprint="0" * 64)
+    tool_get_or_register(team=team, name="other_tool")
+    assert (
+        hot.attempt_request(team=team, operation_ref="r", tool_name="other_tool", fingerprint="0" * 64, accepted=None)
+        is None
+    )
