@@ -174,7 +174,7 @@ def _input_head(rows: QuerySet[Any]) -> Subquery:
     return Subquery(rows.annotate(head=Left(Cast("input", TextField()), SUMMARY_SOURCE_CHARS)).values("head")[:1])
 
 
-def with_input_summaries(steps: list[Step]) -> None:
+def with_input_summaries(steps: list[Step]) -> list[Step]:
     """Set `input_summary` on each step: a line from its proposal's input (the one
     `envelopes.proposal.proposal_of` picks), "" without one. One query for the rows shown,
     reading a bounded prefix of each input."""
@@ -182,7 +182,7 @@ def with_input_summaries(steps: list[Step]) -> None:
         step.input_summary = ""  # type: ignore[attr-defined]
     with_attempts = [step.pk for step in steps if step.last_fingerprint]
     if not with_attempts:
-        return
+        return steps
     latest = Attempt.objects.filter(step=OuterRef("pk")).order_by("-number")
     refused = ProposedInput.objects.filter(step=OuterRef("pk"), fingerprint=OuterRef("approval_fingerprint")).order_by(
         "-id"
@@ -205,6 +205,7 @@ def with_input_summaries(steps: list[Step]) -> None:
         binds_refused = step.approval_fingerprint and step.approval_fingerprint != step.last_fingerprint
         head = refused_head if binds_refused and refused_id is not None else attempt_head
         step.input_summary = input_summary(head)  # type: ignore[attr-defined]
+    return steps
 
 
 def halted_tools(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> list[Tool]:

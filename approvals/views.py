@@ -134,6 +134,7 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
         result = queries.search_steps(teams_of(request.user), query)
         if result.single is not None:
             return redirect("approvals:step", pk=result.single.pk)
+        queries.with_input_summaries(result.steps)
     context = {
         "query": query,
         "result": result,
@@ -360,7 +361,7 @@ def tool_incident(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "tool": found,
         "membership": membership,
         "halted": found.is_halted(),
-        "held_steps": list(held[: queries.QUEUE_LIMIT]),
+        "held_steps": queries.with_input_summaries(list(held[: queries.QUEUE_LIMIT])),
         "held_total": held.count(),
         "history": queries.tool_circuit_history(found),
         "now": timezone.now(),

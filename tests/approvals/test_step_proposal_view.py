@@ -205,3 +205,14 @@ def test_secrets_in_keys_values_arrays_and_json_strings_never_reach_a_page(rita:
     assert leaks == []
     assert "[REDACTED:" in pages["step"]
     assert "Edit and approve" not in pages["step"]  # a redacted input is not offered for editing
+
+
+def test_search_results_show_a_line_of_the_input(rita: Client, agent: AgentClient) -> None:
+    held_with_input(agent, "run_9/a", {"amount": 7}, run_id="run_9")
+    held_with_input(agent, "run_9/b", None, run_id="run_9")
+
+    html = rita.get("/search", {"q": "run_9"}).content.decode()
+
+    assert re.findall(r'<div class="input-summary" hx-disable>.*?<code>([^<]*)</code></div>', html, re.S) == [
+        "amount: 7"
+    ]
