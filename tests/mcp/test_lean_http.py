@@ -55,7 +55,7 @@ class Server:
                     return
                 self.requests.append(seen)
                 if self.stall:
-                    await asyncio.sleep(30)
+                    await asyncio.sleep(2)  # past the client's timeout, short enough not to hold the test
                 status, headers, body = self.answer(seen)
                 headers = [*headers, ("Content-Type", "application/json")]
                 if not self.keep_alive:
