@@ -52,17 +52,16 @@ def visible(text: str) -> str:
     return _HIDDEN.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
-def has_hidden(text: str) -> bool:
-    return _HIDDEN.search(text) is not None
-
-
 # --- the tree -----------------------------------------------------------------------------------
 
 
 def _canonical_items(value: dict[str, Any]) -> list[tuple[str, Any]]:
     # Keys in RFC 8785 order (UTF-16 code units), the order the fingerprint reads them: the
     # same on every database (PostgreSQL's jsonb keeps its own order, not the agent's).
-    return sorted(((str(key), child) for key, child in value.items()), key=lambda pair: pair[0].encode("utf-16-be"))
+    return sorted(
+        ((str(key), child) for key, child in value.items()),
+        key=lambda pair: pair[0].encode("utf-16-be", "surrogatepass"),
+    )
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def input_tree(value: dict[str, Any]) -> InputTree:
             value_html = f'<span class="{value_class}">{escape(text)}</span>'
         parts.append(
             f'<li class="tree-leaf"><span class="{key_class}">{key_html}</span>: {value_html}'
-            f'{_REDACTED_TAG if redacted else ""}{_HIDDEN_TAG if hidden or key_hidden else ""}</li>'
+            f"{_REDACTED_TAG if redacted else ''}{_HIDDEN_TAG if hidden or key_hidden else ''}</li>"
         )
     return InputTree(html=SafeString("".join(parts)), redactions=redactions)
 
