@@ -138,10 +138,10 @@ def clocked(call: Callable[[int], Awaitable[Any]]) -> Call:
     return timed
 
 
-async def session_call(stack: AsyncExitStack, parameters: Any, tag: str) -> Call:
+async def session_call(stack: AsyncExitStack, parameters: Any, tag: str, errlog: Any = sys.stderr) -> Call:
     from mcp import ClientSession, stdio_client
 
-    read, write = await stack.enter_async_context(stdio_client(parameters))
+    read, write = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
 
@@ -185,6 +185,20 @@ async def holdpoint_call(stack: AsyncExitStack, base_url: str, api_key: str, tag
     return clocked(call)
 
 
+def breakdown(log: Path, warmup: int) -> str:
+    """p50 / p95 of each part of the proxy's timing lines (HOLDPOINT_MCP_TIMINGS), past the warm-up."""
+    parts: dict[str, list[float]] = {}
+    lines = [line for line in log.read_text().splitlines() if " timing tool=" in line][warmup:]
+    for line in lines:
+        for word in line.split():
+            if word.endswith(tuple("0123456789")) and "_ms=" in word:
+                name, value = word.split("_ms=")
+                parts.setdefault(name, []).append(float(value))
+    return "  ".join(
+        f"{name} {percentile(values, 0.5):.2f} / {percentile(values, 0.95):.2f}" for name, values in parts.items()
+    )
+
+
 def summary(name: str, samples: list[float], cpu: float | None) -> str:
     spent = f"  cpu/call {cpu:5.2f} ms" if cpu is not None else ""
     return (
@@ -203,7 +217,9 @@ async def run(args: argparse.Namespace) -> None:
         "UPSTREAM_STATE": str(state),
         "HOLDPOINT_API_KEY": args.api_key,
         "PYTHONPATH": str(ROOT),
+        "HOLDPOINT_MCP_TIMINGS": "1",  # one line per call: gate, upstream, envelope, proxy's own ms
     }
+    logs = {name: Path(tempfile.mkdtemp()) / f"{name}.log" for name in ("proxied", "proxied-stub")}
 
     def proxy(url: str, marker: str) -> Any:
         command = ["-m", "holdpoint_sdk.mcp_proxy", "--url", url, "--run-id", f"bench-{tag}-{marker}"]
@@ -219,10 +235,14 @@ async def run(args: argparse.Namespace) -> None:
         async with AsyncExitStack() as stack:
             calls = {
                 "direct": await session_call(stack, direct, f"d{tag}"),
-                "proxied": await session_call(stack, proxy(args.base_url, "real"), f"p{tag}"),
+                "proxied": await session_call(
+                    stack, proxy(args.base_url, "real"), f"p{tag}", stack.enter_context(logs["proxied"].open("w"))
+                ),
                 "holdpoint": await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}"),
                 "stub": await holdpoint_call(stack, stub_url, "hp_stub", f"s{tag}"),
-                "proxied-stub": await session_call(stack, proxy(stub_url, "stub"), f"q{tag}"),
+                "proxied-stub": await session_call(
+                    stack, proxy(stub_url, "stub"), f"q{tag}", stack.enter_context(logs["proxied-stub"].open("w"))
+                ),
             }
             proxies = {"proxied": pids_with(f"bench-{tag}-real"), "proxied-stub": pids_with(f"bench-{tag}-stub")}
             server_match = args.server_match or urlsplit(args.base_url).netloc
@@ -257,6 +277,8 @@ async def run(args: argparse.Namespace) -> None:
         + (f" and {args.db_match!r}" if args.db_match else "")
         + f", {len(server)} found): {server_cpu / len(results['holdpoint']):.2f} ms per call"
     )
+    for name, log in logs.items():
+        print(f"inside the proxy, {name} (its own clock; p50 / p95 ms):  " + breakdown(log, args.warmup))
     p50 = {name: percentile(samples, 0.5) for name, samples in results.items()}
     added = p50["proxied"] - p50["direct"]
     print(f"added by the proxy at p50: {added:.2f} ms (Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")

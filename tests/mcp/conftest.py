@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 from django.test.utils import override_settings
@@ -78,9 +78,11 @@ class Rig:
         return [call for call in self.upstream_state()["calls"] if call["tool"] == tool]
 
     @asynccontextmanager
-    async def session(self, *args: str, upstream_url: str | None = None, **env: str) -> AsyncIterator[ClientSession]:
+    async def session(
+        self, *args: str, upstream_url: str | None = None, errlog: TextIO = sys.stderr, **env: str
+    ) -> AsyncIterator[ClientSession]:
         """A client session with the proxy, which launches the upstream server (or reaches it
-        at `upstream_url` over streamable HTTP)."""
+        at `upstream_url` over streamable HTTP); the proxy's stderr goes to `errlog`."""
         upstream = ["--upstream-url", upstream_url] if upstream_url else ["--upstream", f"{sys.executable} {UPSTREAM}"]
         parameters = StdioServerParameters(
             command=sys.executable,
@@ -88,7 +90,7 @@ class Rig:
             env=self.env(**env),
             cwd=str(ROOT),
         )
-        async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
+        async with stdio_client(parameters, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
 

@@ -324,3 +324,23 @@ def test_a_client_that_names_its_operation_in_meta_gets_that_step_whatever_the_i
     assert (created.operation_ref, created.run_id, created.state) == ("order-42/invoice", "agent-run-7", "succeeded")
     # The proxy owns its namespace: the upstream sees the step's keys, set by the proxy.
     assert rig.upstream_calls("create_invoice")[0]["meta"]["dev.holdpoint/operation_ref"] == "order-42/invoice"
+
+
+def test_with_timings_on_each_guarded_call_says_where_its_time_went(rig: Rig, tmp_path: Any) -> None:
+    log = tmp_path / "proxy.log"
+
+    async def main() -> None:
+        with log.open("w") as errlog:
+            async with rig.session(errlog=errlog, HOLDPOINT_MCP_TIMINGS="1") as session:
+                await session.call_tool("create_invoice", {"customer": "cus_t", "amount": 3})
+                await session.call_tool("get_balance", {})  # read-only: not guarded, no line
+
+    anyio.run(main)
+
+    lines = [line for line in log.read_text().splitlines() if " timing " in line]
+    assert len(lines) == 1
+    words = dict(word.split("=", 1) for word in lines[0].split() if "=" in word)
+    assert words["tool"] == "create_invoice"
+    parts = {name: float(words[f"{name}_ms"]) for name in ("gate", "upstream", "envelope", "proxy", "total")}
+    assert all(ms > 0 for ms in parts.values())
+    assert parts["total"] >= parts["gate"] + parts["upstream"] + parts["envelope"]

@@ -6,7 +6,9 @@
 
 Holdpoint is found through HOLDPOINT_URL and HOLDPOINT_API_KEY (or --url / --api-key), the run
 id through HOLDPOINT_RUN_ID (default: one per proxy process). stdout is the MCP channel:
-everything the proxy says goes to stderr (HOLDPOINT_MCP_LOG=info for more).
+everything the proxy says goes to stderr (HOLDPOINT_MCP_LOG=info for more; HOLDPOINT_MCP_TIMINGS=1
+for one line per guarded call with the milliseconds spent waiting for the attempt gate, the
+upstream and the envelope, and in the proxy's own code).
 """
 
 from __future__ import annotations
@@ -97,6 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, level, logging.WARNING),
         format="holdpoint-mcp %(levelname)s %(message)s",
     )
+    if os.environ.get("HOLDPOINT_MCP_TIMINGS", "") not in ("", "0"):
+        # Where each guarded call's time went, whatever the log level (bench/mcp_proxy_latency.py).
+        timings = logging.getLogger("holdpoint_sdk.mcp_proxy.timing")
+        timings.setLevel(logging.INFO)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("holdpoint-mcp %(message)s"))
+        timings.addHandler(handler)
+        timings.propagate = False
     import anyio
 
     from .server import serve

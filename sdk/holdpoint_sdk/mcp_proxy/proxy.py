@@ -40,8 +40,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import mcp_types as types
@@ -60,6 +61,8 @@ from ..types import Directive, Step, VerificationOutcome
 from .config import ProxyConfig
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
+# One line per guarded tools/call with where its time went (HOLDPOINT_MCP_TIMINGS=1 shows it).
+timing_logger = logging.getLogger("holdpoint_sdk.mcp_proxy.timing")
 
 META = "dev.holdpoint/"
 META_OPERATION_REF = META + "operation_ref"
@@ -204,6 +207,7 @@ class _Call:
     input_sent: bool = False  # the gate received the input itself, not only its fingerprint
     input_withheld: str | None = None  # why it did not, when the proxy meant to send it
     input_edited: bool = False  # a reviewer approved an edited input: `arguments` is theirs
+    spent: dict[str, float] = field(default_factory=dict)  # ms waiting for gate, upstream, envelope
 
 
 class HoldpointProxy:
@@ -269,6 +273,7 @@ class HoldpointProxy:
             fingerprint=fingerprint,
         )
         call.operation_ref = self._operation_ref(call)
+        started = time.perf_counter()
         try:
             await self._approved_input_first(call)
             return await self._guarded(call)
@@ -277,6 +282,12 @@ class HoldpointProxy:
         except HoldpointError as error:
             # A key revoked, a throttle, a schema refusal: fail closed, and say why.
             return self._local_error(f"Holdpoint refused the call ({error.code}: {error.detail}); it was not made.")
+        finally:
+            if timing_logger.isEnabledFor(logging.INFO):
+                total = (time.perf_counter() - started) * 1000
+                waits = " ".join(f"{name}_ms={ms:.2f}" for name, ms in call.spent.items())
+                own = total - sum(call.spent.values())
+                timing_logger.info("timing tool=%s %s proxy_ms=%.2f total_ms=%.2f", call.tool, waits, own, total)
 
     def _run_id(self, meta: Mapping[str, Any]) -> str:
         run_id = meta.get(META_RUN_ID)
@@ -390,7 +401,8 @@ class HoldpointProxy:
     async def _ask_gate(self, call: _Call) -> Any:
         sent = self._input_for_gate(call)
         try:
-            grant = await self._gate(call, sent)
+            with _spent(call, "gate"):
+                grant = await self._gate(call, sent)
         except ValidationFailed as error:
             refused = [e for e in error.errors if isinstance(e, Mapping) and _names_input(e.get("field"))]
             if sent is None or not refused or self.config.send_input == "always":
@@ -407,7 +419,8 @@ class HoldpointProxy:
                 call.operation_ref,
                 rules,
             )
-            grant, sent = await self._gate(call, None), None
+            with _spent(call, "gate"):
+                grant, sent = await self._gate(call, None), None
         except AttemptRefused:
             call.input_sent = sent is not None
             raise
@@ -461,7 +474,8 @@ class HoldpointProxy:
         params = {"name": call.tool, "arguments": call.arguments, "_meta": self._upstream_meta(call)}
         timeout = self.config.call_timeout(call.tool)
         try:
-            result = await self.upstream.request("tools/call", params, timeout)
+            with _spent(call, "upstream"):
+                result = await self.upstream.request("tools/call", params, timeout)
         except TimeoutError:
             failure = _timeout_failure(timeout, side_effects, self.holdpoint.default_retry_delay)
             return None, failure, self._error_envelope(call, failure), "canonical"
@@ -530,7 +544,8 @@ class HoldpointProxy:
         key = "env_" + uuid.uuid4().hex
         try:
             try:
-                answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)
+                with _spent(call, "envelope"):
+                    answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)
             except ValidationFailed as error:
                 # A malformed envelope from the upstream: Holdpoint quarantined it and escalated
                 # the step; what the step says now is the directive.
@@ -661,10 +676,19 @@ class HoldpointProxy:
         return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-def _names_input(field: Any) -> bool:
+@contextmanager
+def _spent(call: _Call, what: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        call.spent[what] = call.spent.get(what, 0.0) + (time.perf_counter() - started) * 1000
+
+
+def _names_input(name: Any) -> bool:
     """An error about `input` itself (too large, too deep, not an object, unknown to a v1
     server), not about `input_fingerprint`."""
-    return isinstance(field, str) and (field == "input" or field.startswith(("input.", "input/", "input[")))
+    return isinstance(name, str) and (name == "input" or name.startswith(("input.", "input/", "input[")))
 
 
 def _approved(step: Mapping[str, Any], fingerprint: str) -> bool:
