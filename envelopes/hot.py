@@ -40,7 +40,7 @@ from .events import DomainEvent, consumers
 from .lifecycle import TERMINAL
 from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
-from .proposal import AcceptedInput, Proposal, proposal_remember
+from .proposal import AcceptedInput, Proposal, proposal_from_rows, proposal_remember
 from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer
 from .transitions import AGENT, Applied, event_plan
 
@@ -157,17 +157,10 @@ def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None
             prefetch_related_objects([step], decisions_prefetch())
         else:  # no decisions to read: the answer need not ask
             step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[union-attr]
-        # proposal.proposal_of, from the rows read above.
-        proposal = None
-        if refused_row[0] is not None:
-            refused: ProposedInput = hot_sql.from_row(ProposedInput, refused_row)
-            proposal = Proposal(None, refused.fingerprint, refused.input, refused.input_redacted, refused.proposed_at)
-        elif attempt_row[0] is not None:
-            attempt: Attempt = hot_sql.from_row(Attempt, attempt_row)
-            proposal = Proposal(
-                attempt.number, attempt.fingerprint, attempt.input, attempt.input_redacted, attempt.granted_at
-            )
-        proposal_remember(step, proposal)
+        # proposal.proposal_of, from the rows read above (one rule: proposal.proposal_from_rows).
+        attempt = hot_sql.from_row(Attempt, attempt_row) if attempt_row[0] is not None else None
+        refused = hot_sql.from_row(ProposedInput, refused_row) if refused_row[0] is not None else None
+        proposal_remember(step, proposal_from_rows(step, attempt=attempt, refused=refused))
     return _Context(tool, step, bool(documented), new_step_id, envelope_id)
 
 

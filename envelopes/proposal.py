@@ -40,6 +40,7 @@ __all__ = [
     "input_redact",
     "input_secret_check",
     "previous_proposal",
+    "proposal_from_rows",
     "proposal_of",
     "proposals_load",
 ]
@@ -283,7 +284,7 @@ def _from_refused(row: Any) -> Proposal:
     )
 
 
-def _edited_under_review(step: Step) -> Proposal | None:
+def _edited_under_review(step: Step) -> Proposal:
     """An edited approval the agent has not run yet and that is under review again (the agent
     asked for approval before running it): the binding is that input, so it is the proposal.
     Read through the relation the reviewer app declares on Step (the core does not import it)."""
@@ -295,7 +296,15 @@ def _edited_under_review(step: Step) -> Proposal | None:
         .first()
     )
     if decision is None:
-        return None
+        # The binding names an input no row holds (a refusal recorded before inputs were kept):
+        # say so, rather than show the latest attempt's input, which the approval would not bind.
+        return Proposal(
+            attempt=None,
+            input_fingerprint=step.approval_fingerprint,
+            input=None,
+            input_redacted=False,
+            proposed_at=step.state_entered_at,
+        )
     return Proposal(
         attempt=None,
         input_fingerprint=decision.input_fingerprint,
@@ -320,21 +329,35 @@ def proposal_of(step: Step) -> Proposal | None:
         return known  # type: ignore[return-value]
     from .models import Attempt, ProposedInput
 
-    proposal: Proposal | None = None
+    attempt = refused = None
     if step.last_fingerprint:  # set by every grant; a step never granted has no proposal
-        if step.approval_fingerprint and step.approval_fingerprint != step.last_fingerprint:
+        if under_review_elsewhere(step):
             refused = (
                 ProposedInput.objects.filter(step_id=step.pk, fingerprint=step.approval_fingerprint)
                 .order_by("-id")
                 .first()
             )
-            proposal = _from_refused(refused) if refused is not None else _edited_under_review(step)
-        if proposal is None:
+        else:
             attempt = Attempt.objects.filter(step_id=step.pk).order_by("-number").first()
-            if attempt is not None:
-                proposal = _from_attempt(attempt)
+    proposal = proposal_from_rows(step, attempt=attempt, refused=refused)
     proposal_remember(step, proposal)
     return proposal
+
+
+def under_review_elsewhere(step: Step) -> bool:
+    """The binding names an input other than the latest granted attempt's."""
+    return bool(step.approval_fingerprint) and step.approval_fingerprint != step.last_fingerprint
+
+
+def proposal_from_rows(step: Step, *, attempt: Any | None, refused: Any | None) -> Proposal | None:
+    """The rule of `proposal_of`, given the rows it reads (a caller that read them itself, as the
+    hot path does): `attempt`, the step's latest Attempt (needed unless `under_review_elsewhere`),
+    and `refused`, its latest ProposedInput with the binding's fingerprint (needed if so)."""
+    if not step.last_fingerprint:
+        return None
+    if under_review_elsewhere(step):
+        return _from_refused(refused) if refused is not None else _edited_under_review(step)
+    return _from_attempt(attempt) if attempt is not None else None
 
 
 def proposals_load(steps: Iterable[Step]) -> None:

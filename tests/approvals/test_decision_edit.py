@@ -208,7 +208,7 @@ def test_an_edited_approval_asked_about_again_is_the_proposal_under_review(agent
     step = held_step(agent)
     decide(team, step, make_reviewer("rita"), edited_input=EDITED)
     # Before running it, the agent asks for approval again: what is under review is the edit.
-    agent.envelope(
+    answer = agent.envelope(
         error_envelope(
             tool=TOOL,
             operation_ref=REF,
@@ -218,6 +218,7 @@ def test_an_edited_approval_asked_about_again_is_the_proposal_under_review(agent
             next_action="request_approval",
         )
     )
+    assert answer.json()["step"]["proposal"]["input"] == EDITED  # the ingest answer says so too
     body = agent.step(REF).json()
     assert body["state"] == "awaiting_approval"
     assert (body["proposal"]["input"], body["proposal"]["attempt"]) == (EDITED, None)

@@ -204,3 +204,14 @@ def test_sending_input_costs_the_gate_no_extra_statement(agent) -> None:
     with_input = statements_of_a_grant(agent, "s_0", {**REFUND, "amount": 1})
     without = statements_of_a_grant(agent, "s_1", None)
     assert with_input == without
+
+
+def test_a_binding_no_row_holds_shows_its_fingerprint_without_input(agent) -> None:
+    """A step whose binding names an input that no row holds (an approval_mismatch refused before
+    inputs were kept) shows that fingerprint with no input, not the latest attempt's input."""
+    assert attempt(agent, REFUND).status_code == 201
+    ask_approval(agent)
+    other = input_fingerprint({**REFUND, "amount": 9000})
+    Step.objects.filter(operation_ref=REF).update(approval_fingerprint=other)
+    proposal = agent.step(REF).json()["proposal"]
+    assert (proposal["input_fingerprint"], proposal["input"], proposal["attempt"]) == (other, None, None)
