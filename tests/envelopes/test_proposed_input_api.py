@@ -215,3 +215,14 @@ def test_a_binding_no_row_holds_shows_its_fingerprint_without_input(agent) -> No
     Step.objects.filter(operation_ref=REF).update(approval_fingerprint=other)
     proposal = agent.step(REF).json()["proposal"]
     assert (proposal["input_fingerprint"], proposal["input"], proposal["attempt"]) == (other, None, None)
+
+
+def test_no_secret_of_an_input_reaches_the_logs(agent, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    with caplog.at_level(logging.DEBUG):
+        assert attempt(agent, SECRET_INPUT).status_code == 201
+        assert attempt(agent, SECRET_INPUT, ref="other", fingerprint="b" * 64).status_code == 422
+        assert agent.attempt("third", tool=TOOL, fingerprint="c" * 64, input=[SECRET_INPUT]).status_code == 422
+    for secret in SECRETS:
+        assert secret not in caplog.text
