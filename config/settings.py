@@ -214,6 +214,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["envelopes.auth.HasTeamKey"],
     "DEFAULT_PARSER_CLASSES": ["envelopes.parsers.EnvelopeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON for */* and application/json without parsing Accept; anything else as DRF does.
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "envelopes.hot_api.JsonFirstNegotiation",
     "DEFAULT_THROTTLE_CLASSES": ["envelopes.auth.ApiKeyRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api_key": env.str("HOLDPOINT_API_RATE", default="6000/min")},
     "EXCEPTION_HANDLER": "envelopes.problems.problem_exception_handler",

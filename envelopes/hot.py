@@ -67,8 +67,10 @@ def envelope_ingest(*, team: Team, payload: Any, dialect: str, now: datetime | N
 
 @functools.cache
 def _no_decisions() -> Any:
-    """An empty queryset of decisions, built once (iterating it reads nothing)."""
-    return Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
+    """An empty queryset of decisions, built once, known empty (iterating it compiles nothing)."""
+    none = Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
+    none._result_cache = []
+    return none
 
 
 @dataclass

@@ -84,7 +84,9 @@ def lock_step(team: Team, operation_ref: str, *, joined: bool = True) -> Step | 
 
 def mark_new(step: Step) -> None:
     """A step created in this transaction has no decisions: its answer need not ask."""
-    step._prefetched_objects_cache = {"decisions": step.decisions.none()}  # type: ignore[attr-defined]
+    none = step.decisions.none()  # type: ignore[attr-defined]
+    none._result_cache = []  # known empty: iterating it compiles no query either
+    step._prefetched_objects_cache = {"decisions": none}  # type: ignore[attr-defined]
 
 
 def code_is_documented(*, tool: Tool, code: str) -> bool:

@@ -28,4 +28,5 @@ class AuthedInsert(APIView):
         return Response({"id": row.pk, "operation_ref": row.operation_ref}, status=201)
 
 
-urlpatterns = [path("floor", AuthedInsert.as_view(), name="floor-authed-insert")]
+# Under /api/v1/ like the agent API, so that it takes the API's lane through the middleware.
+urlpatterns = [path("api/v1/floor", AuthedInsert.as_view(), name="floor-authed-insert")]

@@ -53,3 +53,16 @@ def test_a_page_still_runs_every_middleware(make_reviewer) -> None:  # type: ign
     assert hasattr(page.wsgi_request, "htmx")
     login = logged_in(make_reviewer(username="sam")).get("/accounts/login/")
     assert "csrftoken" in login.cookies
+
+
+@pytest.mark.parametrize("accept", ["", "*/*", "application/json"])
+def test_json_is_answered_without_negotiating_for_what_agents_send(agent: AgentClient, accept: str) -> None:
+    answer = agent.step("no-such-step", HTTP_ACCEPT=accept)
+
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/problem+json"
+
+
+def test_any_other_accept_is_still_negotiated(agent: AgentClient) -> None:
+    assert agent.step("no-such-step", HTTP_ACCEPT="text/html").status_code == 406
+    assert agent.step("no-such-step", HTTP_ACCEPT="application/*").status_code == 404
