@@ -233,7 +233,11 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "OAS_VERSION": "3.1.0",
 }
-DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+# Form bodies (the API's JSON bodies have their own 64 KiB limit, envelopes/parsers.py). The
+# dashboard's "Edit and approve" form posts an input of up to 32 KiB canonical as indented JSON
+# (multipart, not percent-encoded): room for its indentation, and for the form's own clear refusal
+# of a longer text (approvals/forms.py, INPUT_TEXT_MAX) to answer before this one does.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 320 * 1024
 
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals.inputs import input_pretty
 from approvals.models import Decision
 from envelopes.models import Step
-from envelopes.proposal import INPUT_MAX_BYTES, input_fingerprint
+from envelopes.proposal import INPUT_MAX_BYTES, input_canonical, input_fingerprint
 from tests.approvals.conftest import HTMX, approval_envelope, held_with_input, post_envelope
 from tests.conftest import AgentClient, logged_in, unknown_outcome
 
@@ -227,3 +228,19 @@ def test_an_edited_input_only_goes_with_an_approval(rita: Client, refund: Step) 
     assert response.status_code == 422
     assert "An edited input can only be approved." in response.content.decode()
     assert not Decision.objects.exists()
+
+
+def test_an_input_near_the_limit_is_edited_from_its_indented_json(rita: Client, agent: AgentClient) -> None:
+    rows = [{"a": {"b": {"c": i}}} for i in range(1450)]
+    step = held_with_input(agent, "run_5/big", {"rows": rows})
+    text = textarea(rita.get(f"/steps/{step.pk}/").content.decode())
+    assert text is not None
+    edited = {"rows": [*rows[:-1], {"a": {"b": {"c": -1}}}]}
+    edited_text = input_pretty(edited)
+    assert len(input_canonical(edited)) > 30 * 1024 and len(edited_text.encode()) > 100 * 1024
+
+    response = edit(rita, step, edited_text, "the last row", **HTMX)  # multipart, as the form posts it
+
+    assert "Approved with your edits." in response.content.decode()
+    step.refresh_from_db()
+    assert step.approval_fingerprint == input_fingerprint(edited)

@@ -216,3 +216,24 @@ def test_search_results_show_a_line_of_the_input(rita: Client, agent: AgentClien
     assert re.findall(r'<div class="input-summary" hx-disable>.*?<code>([^<]*)</code></div>', html, re.S) == [
         "amount: 7"
     ]
+
+
+def test_an_input_refused_after_an_approval_is_the_one_shown_for_review(
+    rita: Client, agent: AgentClient, reviewer: Any
+) -> None:
+    ref = "run_1/mismatch"
+    step = held_with_input(agent, ref, {"amount": 100})
+    step_decide(team=step.team, step_id=step.pk, actor=reviewer, action="approve")
+    other = {"amount": 100000}
+    refused = agent.attempt(ref, tool="charge_card", fingerprint=input_fingerprint(other), input=other)
+    assert refused.status_code == 409 and refused.json()["code"] == "approval_mismatch"
+
+    html = proposal_html(rita, step.pk)
+
+    assert "a request the gate refused" in html
+    assert f'id="input-fingerprint">{input_fingerprint(other)}</code>' in html
+    assert "What changed since attempt 1" in html
+    assert re.search(
+        r'<span class="diff-old">100</span> <span aria-label="became">→</span> <span class="diff-new">100000</span>',
+        html,
+    )
