@@ -146,11 +146,16 @@ class QueueView:
         return self.total > len(self.rows)
 
 
-def _current_approvals() -> Count:
-    # Approvals given since the step entered its state: earlier rounds do not count.
+def _current_approvals(*, edited: bool) -> Count:
+    # Approvals given since the step entered its state (earlier rounds do not count), counted per
+    # input (contract §3): of the input under review, or the edited inputs waiting for a second
+    # reviewer (how many distinct edits).
+    current = Q(decisions__action="approve", decisions__decided_at__gte=F("state_entered_at"))
+    if edited:
+        return Count("decisions__input_fingerprint", filter=current & Q(decisions__edited=True), distinct=True)
     return Count(
         "decisions__reviewer",
-        filter=Q(decisions__action="approve", decisions__decided_at__gte=F("state_entered_at")),
+        filter=current & Q(decisions__edited=False, decisions__input_fingerprint=F("approval_fingerprint")),
         distinct=True,
     )
 
@@ -163,7 +168,9 @@ def step_queue(
     total = capped_count(steps)
     rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
     if queue.key == "approvals":
-        rows = rows.annotate(approvals_given=_current_approvals())
+        rows = rows.annotate(
+            approvals_given=_current_approvals(edited=False), edits_waiting=_current_approvals(edited=True)
+        )
     shown = list(rows[:QUEUE_LIMIT])
     with_input_summaries(shown)
     return QueueView(queue=queue, rows=shown, total=total)

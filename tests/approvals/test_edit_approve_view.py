@@ -181,6 +181,8 @@ def test_four_eyes_counts_the_edit_apart_and_a_second_reviewer_approves_it(
     page = sam.get(f"/steps/{step.pk}/").content.decode()
     assert "<strong>0 of 2 approvals</strong>." in page  # for the agent's input
     assert "<strong>1 of 2 approvals</strong> for an edited input by rita" in page
+    queue = sam.get("/").content.decode()
+    assert re.search(r'<td data-label="Approvals">0 of 2<br><small class="muted">\+ 1 edited input with one', queue)
     hidden = re.search(r'<input type="hidden" name="input" value="([^"]*)">', page)
     assert hidden and json.loads(hidden.group(1).replace("&quot;", '"')) == edited
 
