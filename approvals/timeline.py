@@ -154,7 +154,7 @@ def _sources(step: Step) -> list[tuple[Source, QuerySet[Any]]]:
     until = step.updated_at if step.terminal else timezone.now()
     return [
         (ENVELOPES, step.envelopes.all()),
-        (ATTEMPTS, step.attempt_set.all()),
+        (ATTEMPTS, step.attempt_set.defer("input")),  # the input is the proposal's, read once by the page
         (DECISIONS, Decision.objects.filter(step=step).select_related("reviewer")),
         (AUDIT, step.audit_events.exclude(kind=AuditEvent.Kind.DECISION)),
         (
