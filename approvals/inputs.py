@@ -242,7 +242,8 @@ def _short(value: Any) -> str:
     if isinstance(value, list):
         return "[…]" if value else "[]"
     if isinstance(value, str):
-        text = visible(value)
+        # One line: tabs and newlines written out too (the tree keeps them, pre-wrapped).
+        text = visible(value).replace("\t", "\\t").replace("\n", "\\n")
         return text if len(text) <= SUMMARY_VALUE_LENGTH else text[: SUMMARY_VALUE_LENGTH - 1] + "…"
     return json.dumps(value)
 
@@ -272,7 +273,7 @@ def input_summary(source: str | None) -> str:
             value, position = _decoder.raw_decode(source, position)
         except ValueError:
             break  # cut short here
-        parts.append(f"{_short(visible(str(key)))}: {_short(value)}")
+        parts.append(f"{_short(str(key))}: {_short(value)}")
         if len(", ".join(parts)) > SUMMARY_LENGTH:
             break
         position = _SPACE.match(source, position).end()  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from approvals.inputs import SUMMARY_LENGTH, input_pretty, input_summary, input_tree, visible
@@ -28,6 +28,8 @@ JSON_VALUES = st.recursive(
 
 
 @given(st.dictionaries(st.text(max_size=30), JSON_VALUES, max_size=8), st.integers(0, 600))
+@example(value={"\n": None}, cut=11)
+@example(value={"a": "tab\there"}, cut=600)
 def test_any_prefix_of_any_input_gives_one_bounded_line(value: dict, cut: int) -> None:
     line = input_summary(json.dumps(value, ensure_ascii=False)[:cut])
 
