@@ -113,6 +113,8 @@ def input_tree(value: dict[str, Any]) -> InputTree:
             key_html, key_hidden, key_class = raw_key, False, "tree-key tree-index"
         else:
             key_text, key_hidden = _readable(raw_key)
+            if "\n" in key_text or "\t" in key_text:  # a key reads on one line, as it is
+                key_text, key_hidden = key_text.replace("\t", "\\t").replace("\n", "\\n"), True
             key_html, key_class = escape(key_text), "tree-key"
         key_redacted = not index and REDACTED_MARK in raw_key
         if key_redacted:

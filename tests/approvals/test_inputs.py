@@ -58,3 +58,9 @@ def test_the_tree_escapes_every_key_and_value() -> None:
 
     assert "<k>" not in html and "<v>" not in html and "<i>" not in html
     assert "&lt;k&gt;" in html and "&lt;v&gt;" in html and "&lt;i&gt;" in html and "&quot;q" in html
+
+
+def test_a_key_with_a_newline_reads_on_one_line() -> None:
+    html = input_tree({"amount\n": 1, "amount": 2}).html
+
+    assert "amount\\n</span>" in html and "hidden characters shown" in html
