@@ -90,6 +90,10 @@ WINDOW_PARAMETERS = [
     ),
 ]
 
+# The problems this endpoint answers, as problem+json (envelopes.openapi's helper), keyed
+# (status, media type).
+ERRORS = {key: answer for key, answer in openapi.problem_responses().items() if key[0] in (401, 404, 422, 429)}
+
 
 def parse_time(value: str) -> datetime | None:
     """RFC 3339 with an offset (`Z` or `+hh:mm`); None for anything else.
@@ -138,10 +142,7 @@ class ToolMetricsApi(APIView):
         operation_id="tool_metrics",
         summary="The tool's recovery metrics for a time window",
         parameters=WINDOW_PARAMETERS,
-        responses={
-            200: METRICS,
-            **{status: openapi.PROBLEMS[status] for status in (401, 404, 422, 429)},
-        },
+        responses={200: METRICS, **ERRORS},
     )
     def get(self, request: Request, tool: str) -> Response:
         found = None
