@@ -12,14 +12,13 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.models import Decision
 from approvals.queries import STEP_QUEUES
-from envelopes.api import StrictSerializer
+from envelopes.api import StepCursor, StrictSerializer
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
@@ -64,15 +63,9 @@ def _with_decisions(steps: QuerySet[Step]) -> QuerySet[Step]:
     return steps.select_related("tool", "last_envelope").prefetch_related(decisions_prefetch())
 
 
-class QueueCursor(CursorPagination):
-    page_size = 50
-    max_page_size = 200
-    page_size_query_param = "limit"
+class QueueCursor(StepCursor):
     # Oldest held first; served by the held-queue index (team, state, state_entered_at).
     ordering = ("state_entered_at", "id")
-
-    def get_paginated_response(self, data: Any) -> Response:
-        return Response({"results": data, "next": self.get_next_link()})
 
 
 class QueueInput(StrictSerializer):
