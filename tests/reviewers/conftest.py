@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -13,8 +12,17 @@ from rest_framework.test import APIClient
 
 from envelopes.models import Step, Team
 from reviewers.services import reviewer_token_create
+from tests.approvals import conftest as dashboard
 from tests.approvals.conftest import approval_envelope, post_envelope
-from tests.conftest import AgentClient, unknown_outcome
+from tests.conftest import AgentClient
+
+# The dashboard's reviewers and held steps, the same people and steps on both doors (pytest
+# registers the fixtures a conftest holds, wherever they were written).
+reviewer = dashboard.reviewer
+second_reviewer = dashboard.second_reviewer
+viewer = dashboard.viewer
+awaiting = dashboard.awaiting
+verifying = dashboard.verifying
 
 
 class ReviewerClient:
@@ -61,33 +69,8 @@ def _fresh_throttle_counts() -> None:
 
 
 @pytest.fixture
-def reviewer(make_reviewer: Callable[..., Any]) -> Any:
-    return make_reviewer("rita", "reviewer")
-
-
-@pytest.fixture
-def second_reviewer(make_reviewer: Callable[..., Any]) -> Any:
-    return make_reviewer("sam", "reviewer")
-
-
-@pytest.fixture
-def viewer(make_reviewer: Callable[..., Any]) -> Any:
-    return make_reviewer("vic", "viewer")
-
-
-@pytest.fixture
 def rita_api(reviewer: Any) -> ReviewerClient:
     return token_for(reviewer)
-
-
-@pytest.fixture
-def awaiting(agent: AgentClient) -> Step:
-    return post_envelope(agent, approval_envelope(operation_ref="run_7/charge_1", run_id="run_7"))
-
-
-@pytest.fixture
-def verifying(agent: AgentClient) -> Step:
-    return post_envelope(agent, unknown_outcome(tool="create_invoice", operation_ref="run_7/invoice_2"))
 
 
 @pytest.fixture
