@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from approvals.models import Decision
 from approvals.queries import STEP_QUEUES
-from envelopes.api import StepCursor, StrictSerializer
+from envelopes.api import StepCursor, StrictSerializer, _valid
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
@@ -47,16 +47,6 @@ class ReviewerApiView(APIView):
 
     def team(self, request: Request, slug: str) -> Team:
         return team_membership(user=request.user, team_slug=slug).team  # type: ignore[arg-type]
-
-
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise exceptions.ValidationError(
-            {"non_field_errors": [serializers.ErrorDetail("Expected a JSON object.", code="type")]}
-        )
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data  # type: ignore[return-value]
 
 
 def _with_decisions(steps: QuerySet[Step]) -> QuerySet[Step]:
