@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -217,9 +218,22 @@ def _halt_notices(*, team_id: int, data: dict[str, Any]) -> int:
     return len(channels)
 
 
+# One send task drains every pending notice, so a process asks for at most one a second: a burst
+# of held steps (before a worker has opened the channels' batching windows, or with no worker)
+# costs one broker publish, not one per request. A notice committed after that task ran waits for
+# beat's sweep (HOLDPOINT_SWEEP_SECONDS, 5 s): the enqueue is an optimisation, the sweep the rule.
+ENQUEUE_GAP_S = 1.0
+_clock = time.monotonic
+_last_enqueue = [-ENQUEUE_GAP_S]
+
+
 def enqueue_notify() -> None:
-    """Ask a worker to send now. Never raises: the notices are committed, and beat's sweep
-    sends them anyway if the broker is down."""
+    """Ask a worker to send now, unless this process asked within the last second. Never
+    raises: the notices are committed, and beat's sweep sends them anyway if the broker is down."""
+    now = _clock()
+    if now - _last_enqueue[0] < ENQUEUE_GAP_S:
+        return
+    _last_enqueue[0] = now
     try:
         from .tasks import notify
 
