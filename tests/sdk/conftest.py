@@ -1,19 +1,33 @@
 """SDK tests talk to an in-process fake of the API through httpx.MockTransport: no Django
-database, no network (only test_live.py drives a real server)."""
+database, no network; the live tests (test_live.py, test_example_agent.py,
+test_reviewer_cli_live.py) drive a real server, `live_server` below."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
+from django.test.utils import override_settings
 from holdpoint_sdk import AsyncHoldpoint, Holdpoint
+from pytest_django.live_server_helper import LiveServer
 
 BASE = "https://holdpoint.test"
 KEY = "hp_test_key"
+
+
+@pytest.fixture(scope="session")
+def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """pytest-django's live server, built while the HTTPS redirect is off: SecurityMiddleware
+    reads SECURE_SSL_REDIRECT once, when the server thread builds its handler."""
+    address = request.config.getvalue("liveserver") or "localhost"
+    with override_settings(SECURE_SSL_REDIRECT=False, SECURE_HSTS_SECONDS=0):
+        server = LiveServer(address)
+    yield server
+    server.stop()
 
 
 def directive(action: str = "proceed", *, not_before: str | None = None, reason: str = "") -> dict:

@@ -8,12 +8,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from django.test.utils import override_settings
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import reviewer_create
@@ -22,15 +20,6 @@ from envelopes.models import Step, Team, Tool
 from reviewers.services import reviewer_token_create
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent.py"
-
-
-@pytest.fixture(scope="session")
-def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
-    address = request.config.getvalue("liveserver") or "localhost"
-    with override_settings(SECURE_SSL_REDIRECT=False, SECURE_HSTS_SECONDS=0):
-        server = LiveServer(address)
-    yield server
-    server.stop()
 
 
 def load_example() -> ModuleType:

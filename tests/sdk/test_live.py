@@ -5,30 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from django.db import connection
-from django.test.utils import override_settings
 from holdpoint_sdk import Failure, Holdpoint, ToolError, Unauthorized, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
 from approvals.services import reviewer_create, step_decide
 from envelopes.configuration import api_key_create, team_create
 from envelopes.models import Step
-
-
-@pytest.fixture(scope="session")
-def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
-    """pytest-django's live server, built while the HTTPS redirect is off: SecurityMiddleware
-    reads SECURE_SSL_REDIRECT once, when the server thread builds its handler."""
-    address = request.config.getvalue("liveserver") or "localhost"
-    with override_settings(SECURE_SSL_REDIRECT=False, SECURE_HSTS_SECONDS=0):
-        server = LiveServer(address)
-    yield server
-    server.stop()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,13 +7,11 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.cache import cache
-from django.test.utils import override_settings
 from holdpoint_sdk import Failure, Holdpoint, ToolError, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
@@ -24,15 +22,6 @@ from reviewers.services import reviewer_token_create
 
 REF = "run_9/refund 1"  # a space and a slash: the command URL-encodes the ref
 REFUND = {"order": "ord_7", "amount": 900, "currency": "EUR"}
-
-
-@pytest.fixture(scope="session")
-def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
-    address = request.config.getvalue("liveserver") or "localhost"
-    with override_settings(SECURE_SSL_REDIRECT=False, SECURE_HSTS_SECONDS=0):
-        server = LiveServer(address)
-    yield server
-    server.stop()
 
 
 def command() -> str:
