@@ -374,11 +374,7 @@ def proposals_load(steps: Iterable[Step]) -> None:
             proposal_remember(step, None)
     if not tried:
         return
-    under_review = {
-        step.pk: step.approval_fingerprint
-        for step in tried
-        if step.approval_fingerprint and step.approval_fingerprint != step.last_fingerprint
-    }
+    under_review = {step.pk: step.approval_fingerprint for step in tried if under_review_elsewhere(step)}
     refused: dict[int, Any] = {}
     if under_review:
         for row in ProposedInput.objects.filter(step_id__in=under_review).order_by("id"):
