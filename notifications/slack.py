@@ -212,7 +212,10 @@ def reply_enqueue(press: Press, body: dict[str, Any]) -> None:
         logger.warning("Slack action: a response_url outside Slack's hosts was not used")
         return
     try:
-        slack_response_send.apply_async(args=[press.response_url, body], retry=False)
+        # argsrepr: what the worker's logs and events show of the args, instead of the URL.
+        slack_response_send.apply_async(
+            args=[press.response_url, body], argsrepr="('<response_url>', <message>)", retry=False
+        )
     except Exception:
         logger.warning("Slack action: could not enqueue the message update", exc_info=False)
 

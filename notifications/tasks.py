@@ -38,6 +38,14 @@ def slack_response_send(self: Task, url: str, body: dict[str, Any]) -> int | Non
     answers 5xx. The URL (valid 30 minutes, 5 uses) is never logged."""
     posted = sending.json_post(url, json.dumps(body).encode(), timeout=sending.SEND_TIMEOUT)
     if posted.status_code is None or posted.status_code >= 500:
+        if self.request.retries >= (self.max_retries or 0):
+            # Not self.retry(): its MaxRetriesExceededError names the task's args, the URL.
+            logger.warning(
+                "Slack message update given up after %d tries: %s",
+                self.request.retries + 1,
+                f"HTTP {posted.status_code}" if posted.status_code else "no answer",
+            )
+            return None
         raise self.retry(countdown=2 ** (self.request.retries + 1))
     if posted.status_code != 200:
         logger.warning("Slack refused a message update: HTTP %s %s", posted.status_code, posted.body[:100])
