@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
-from envelopes.openapi import PROBLEM_SCHEMA, STEP_SCHEMA
+from envelopes.openapi import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, STEP_SCHEMA
 
 _TIME = {"type": "string", "format": "date-time"}
 
@@ -43,13 +43,10 @@ QUEUE_PAGE = OpenApiResponse(
 STEP = OpenApiResponse(response=STEP_SCHEMA, description="The step (§4 shape); the ETag header is its tag")
 
 
-PROBLEM = "application/problem+json"
-
-
 def _problems(answers: dict[int, str]) -> dict[tuple[int, str], OpenApiResponse]:
     """Responses keyed by (status, media type): errors are documented as problem+json."""
     return {
-        (status, PROBLEM): OpenApiResponse(response=PROBLEM_SCHEMA, description=text)
+        (status, PROBLEM_MEDIA_TYPE): OpenApiResponse(response=PROBLEM_SCHEMA, description=text)
         for status, text in answers.items()
     }
 
@@ -136,7 +133,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["412"],
-        media_type=PROBLEM,
+        media_type=PROBLEM_MEDIA_TYPE,
     ),
     OpenApiExample(
         "No If-Match",
@@ -149,7 +146,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["428"],
-        media_type=PROBLEM,
+        media_type=PROBLEM_MEDIA_TYPE,
     ),
     OpenApiExample(
         "A reason is missing",
@@ -163,7 +160,7 @@ DECISION_EXAMPLES = [
         },
         response_only=True,
         status_codes=["422"],
-        media_type=PROBLEM,
+        media_type=PROBLEM_MEDIA_TYPE,
     ),
 ]
 
