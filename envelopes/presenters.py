@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db.models import Prefetch
@@ -45,10 +44,6 @@ def envelope_summary(envelope: Envelope | None) -> dict[str, Any] | None:
 
 def step_url(step: Step) -> str:
     return f"{settings.HOLDPOINT_BASE_URL.rstrip('/')}/steps/{step.pk}/"
-
-
-def api_step_path(step: Step) -> str:
-    return f"/api/v1/steps/{quote(step.operation_ref, safe='')}"
 
 
 def decisions_prefetch() -> Prefetch:

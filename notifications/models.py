@@ -8,8 +8,6 @@ channel: the reminders, the expiry warning and the escalation it may still owe."
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -247,10 +245,6 @@ class SendTry(models.Model):
 
     def __str__(self) -> str:
         return f"try {self.number} of {self.message_id}"
-
-
-def is_due(moment: datetime | None, now: datetime) -> bool:
-    return moment is None or moment <= now
 
 
 SLACK_TEAM_ID_RE = r"\A[TE][A-Z0-9]{2,31}\Z"  # a workspace (T…) or an Enterprise Grid org (E…)

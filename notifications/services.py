@@ -368,16 +368,6 @@ def _watch_advance(watch: Watch, *, now: datetime) -> int:
     return len(notices)
 
 
-def step_notified(step: Step) -> list[Notice]:
-    """The step's notices that went out (or are waiting), for its timeline."""
-    return list(
-        Notice.objects.filter(step=step)
-        .exclude(status=Notice.Status.DROPPED)
-        .select_related("channel", "message")
-        .order_by("created_at", "id")
-    )
-
-
 # --- Slack members linked to users (contract §10) ----------------------------------------------
 
 
