@@ -31,7 +31,9 @@ class ReviewerTokenAdmin(admin.ModelAdmin):
         return False  # a token is shown once to the user who makes it, at /account/tokens/
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # revoke instead: the row says which token a past decision's request used
+        # Revoke instead: the row keeps when the token was made, last used and revoked, for an
+        # inquiry into what it may have done (decisions record the user, not the token).
+        return False
 
     @admin.action(description="Revoke the selected reviewer tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ReviewerToken]) -> None:
