@@ -49,7 +49,9 @@ class ReviewerApiView(APIView):
         return team_membership(user=request.user, team_slug=slug).team  # type: ignore[arg-type]
 
 
-def _with_decisions(steps: QuerySet[Step]) -> QuerySet[Step]:
+def _for_step_shape(steps: QuerySet[Step]) -> QuerySet[Step]:
+    """What step_representation reads, joined or prefetched: the tool, the last envelope and
+    the decisions with their reviewers."""
     return steps.select_related("tool", "last_envelope").prefetch_related(decisions_prefetch())
 
 
@@ -76,7 +78,7 @@ class TeamQueueApi(ReviewerApiView):
         found = self.team(request, team)
         filters = _valid(QueueInput, request.query_params.dict())
         queue = QUEUE_KINDS[filters["kind"]]
-        steps = _with_decisions(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
+        steps = _for_step_shape(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
         paginator = QueueCursor()
         page: list[Step] = paginator.paginate_queryset(steps, request, view=self) or []
         proposals_load(page)  # the page's proposals in two queries, not two per step
@@ -93,14 +95,14 @@ class TeamStepApi(ReviewerApiView):
     )
     def get(self, request: Request, team: str, ref: str) -> Response:
         found = self.team(request, team)
-        step = _with_decisions(Step.objects.filter(pk=step_of_team(found, ref).pk)).get()
+        step = _for_step_shape(Step.objects.filter(pk=step_of_team(found, ref).pk)).get()
         etag = step_etag(step)
         if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
             return Response(status=304, headers={"ETag": etag})
         return Response(step_representation(step), headers={"ETag": etag})
 
 
-class TextField(serializers.CharField):
+class JsonStringField(serializers.CharField):
     """A JSON string only: DRF's CharField would take 5 or true as "5" and "True"."""
 
     def to_internal_value(self, data: Any) -> str:
@@ -111,7 +113,7 @@ class TextField(serializers.CharField):
 
 class DecisionInput(StrictSerializer):
     action = serializers.ChoiceField(Decision.Action.values)
-    reason = TextField(max_length=REASON_MAX, required=False, allow_blank=True, default="")
+    reason = JsonStringField(max_length=REASON_MAX, required=False, allow_blank=True, default="")
     input = serializers.DictField(required=False, allow_null=True)
 
 
@@ -151,7 +153,7 @@ class StepDecisionApi(ReviewerApiView):
             reason=data.get("reason") or "",
             edited_input=data.get("input"),
         )
-        step = _with_decisions(Step.objects.filter(pk=result.step.pk)).get()
+        step = _for_step_shape(Step.objects.filter(pk=result.step.pk)).get()
         return Response(
             {"decision": decision_representation(result.decision), "step": step_representation(step)},
             status=201,

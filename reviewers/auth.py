@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 AGENT_KEY_PREFIX = "hp_"
 
 
-def bearer(request: Request) -> str | None:
+def bearer_credential(request: Request) -> str | None:
+    """The credential of `Authorization: Bearer ...`; None without the header (DRF then answers
+    401 through IsReviewer); another scheme or an empty credential is refused."""
     header = authentication.get_authorization_header(request).decode("latin-1")
     if not header:
         return None
@@ -41,7 +43,7 @@ class ReviewerTokenAuthentication(authentication.BaseAuthentication):
     """Looks the token up on every request: a revoked or expired token is refused at once."""
 
     def authenticate(self, request: Request) -> tuple[Any, ReviewerToken] | None:
-        raw = bearer(request)
+        raw = bearer_credential(request)
         if raw is None:
             return None
         if raw.startswith(AGENT_KEY_PREFIX) and not raw.startswith(TOKEN_PREFIX):
