@@ -155,3 +155,15 @@ def success_envelope(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+@pytest.fixture
+def openapi_document(client: Client) -> dict[str, Any]:
+    """The served OpenAPI document, checked to be valid OpenAPI 3 first."""
+    from openapi_spec_validator import validate
+
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    validate(document)
+    return document
