@@ -7,6 +7,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
+from envelopes.api import REF_PARAMETER as REF_PARAMETER  # the agent API's: the same ref, URL-encoded
 from envelopes.openapi import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, STEP_SCHEMA
 
 _TIME = {"type": "string", "format": "date-time"}
@@ -79,9 +80,6 @@ DECISION_PROBLEMS = _problems(
 )
 
 TEAM_PARAMETER = OpenApiParameter("team", str, OpenApiParameter.PATH, description="The team's slug.")
-REF_PARAMETER = OpenApiParameter(
-    "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
-)
 IF_MATCH_PARAMETER = OpenApiParameter(
     "If-Match",
     str,
