@@ -195,6 +195,30 @@ def render_step(team: str, step: Step, etag: str) -> str:
     return "\n".join(lines)
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: with a key twice, json.loads would silently keep
+    the last value, and the reviewer might approve a value they did not mean (the step page
+    refuses such an edit too)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(safe(key))
+            seen.add(key)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Holdpoint would refuse the body
+
+
 def read_input(path: str, stdin: IO[str]) -> dict[str, Any]:
     """An edited input from a file (or `-`, stdin): a JSON object, or a UsageError."""
     try:
@@ -202,7 +226,9 @@ def read_input(path: str, stdin: IO[str]) -> dict[str, Any]:
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror}") from error
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _DuplicateKey as duplicate:
+        raise UsageError(f"{path} names {duplicate.key!r} twice in one object: say which value you approve") from None
     except ValueError as error:
         raise UsageError(f"{path} is not JSON: {error}") from error
     if not isinstance(value, dict):

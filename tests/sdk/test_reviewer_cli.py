@@ -219,7 +219,14 @@ def test_approve_with_an_edited_input_from_a_file(api: FakeReviewerApi, tmp_path
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("[1, 2]", "holds a JSON list: an input is a JSON object"), ("{nope", "is not JSON"), (None, "cannot read")],
+    [
+        ("[1, 2]", "holds a JSON list: an input is a JSON object"),
+        ("{nope", "is not JSON"),
+        (None, "cannot read"),
+        # Ambiguous: the step page refuses it too; json.loads would silently keep the last.
+        ('{"amount": 100, "to": "acct_1", "amount": 100000}', "names 'amount' twice"),
+        ('{"amount": NaN}', "is not JSON: NaN"),
+    ],
 )
 def test_an_input_file_that_is_not_a_json_object_decides_nothing(
     api: FakeReviewerApi, tmp_path: Path, content: str | None, message: str
