@@ -7,6 +7,8 @@ the dashboard form's decision service.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import QuerySet
@@ -21,6 +23,7 @@ from approvals.queries import STEP_QUEUES
 from envelopes.api import StepCursor, StrictSerializer, _valid
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
+from envelopes.parsers import EnvelopeJSONParser, _reject_constant, read_limited
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
 from envelopes.proposal import proposals_load
 
@@ -40,8 +43,29 @@ QUEUE_KINDS = {queue.key: queue for queue in STEP_QUEUES if queue.key in ("appro
 REASON_MAX = 1000
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("a key is named twice in one object; say which value you decide on")
+    return value
+
+
+class DecisionJSONParser(EnvelopeJSONParser):
+    """The API's JSON (64 KiB, no NaN), and no key twice in one object: json.loads would keep
+    the last value, so a reviewer could approve an input they did not mean (the step page's
+    edit form refuses duplicate keys too)."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        body = read_limited(stream)
+        try:
+            return json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise exceptions.ParseError(f"Malformed JSON: {error}") from error
+
+
 class ReviewerApiView(APIView):
     authentication_classes = [ReviewerTokenAuthentication]
+    parser_classes = [DecisionJSONParser]
     permission_classes = [IsReviewer]
     throttle_classes = [ReviewerTokenRateThrottle]
 

@@ -191,6 +191,21 @@ def test_malformed_json_is_400(rita_api: ReviewerClient, awaiting: Step) -> None
     assert_nothing_decided(awaiting)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"action": "approve", "input": {"amount": 100, "to": "acct_1", "amount": 100000}}',
+        b'{"action": "reject", "reason": "no", "action": "approve"}',
+        b'{"action": "approve", "input": {"amount": NaN}}',
+    ],
+)
+def test_an_ambiguous_body_is_400_and_decides_nothing(rita_api: ReviewerClient, awaiting: Step, body: bytes) -> None:
+    # A key twice: json.loads would keep the last, so the reviewer might approve what they did not mean.
+    response = rita_api.decide(REF, body, etag=rita_api.etag(REF))
+    assert_problem(response, 400, "malformed_json")
+    assert_nothing_decided(awaiting)
+
+
 def test_the_wrong_method_is_405(rita_api: ReviewerClient, awaiting: Step) -> None:
     response = rita_api.http.get("/api/v1/teams/acme/steps/run_7%2Fcharge_1/decisions")
     assert_problem(response, 405, "method_not_allowed")
