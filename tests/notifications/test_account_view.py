@@ -46,6 +46,7 @@ def test_a_signed_link_is_offered_then_linked_by_a_post_and_unlinked(make_review
     browser = logged_in(rita)
     offer = browser.get("/account/", {"slack": token("U0RITA")})
     assert f"Link Slack member U0RITA of workspace {WORKSPACE} to rita?" in offer.content.decode()
+    assert "If someone sent you this link, do not confirm it" in offer.content.decode()  # forwarded: phishing
     assert offer["Referrer-Policy"] == "same-origin"
     assert not SlackLink.objects.exists()  # a GET links nothing
 
