@@ -87,13 +87,18 @@ class ApiKeyRateThrottle(throttling.BaseThrottle):
     def __init__(self) -> None:
         self._wait: float | None = None
 
+    def window_subject(self, request: Request) -> str | None:
+        """Whose window this request counts in, or None when this throttle does not count it."""
+        return f"{self.scope}:{request.auth.pk}" if isinstance(request.auth, ApiKey) else None
+
     def allow_request(self, request: Request, view: Any) -> bool:
-        if not isinstance(request.auth, ApiKey):
+        subject = self.window_subject(request)
+        if subject is None:
             return True
         limit, length_s = parse_rate(self.rate or api_settings.DEFAULT_THROTTLE_RATES[self.scope])
         now = time.time()
         bucket = int(now // length_s)
-        hits = window_hit(f"{self.scope}:{request.auth.pk}", bucket, length_s)
+        hits = window_hit(subject, bucket, length_s)
         if hits is None or hits <= limit:
             return True
         self._wait = (bucket + 1) * length_s - now

@@ -8,16 +8,13 @@ there (envelopes.auth looks keys up among API keys only): 401.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
-from rest_framework.settings import api_settings
 
-from envelopes.auth import parse_rate
+from envelopes.auth import ApiKeyRateThrottle
 from envelopes.models import ApiKey
-from limits.throttle import window_hit
 
 from .errors import ReviewerTokenRequired
 from .models import TOKEN_PREFIX, ReviewerToken
@@ -73,25 +70,8 @@ class IsReviewer(permissions.BasePermission):
         raise exceptions.NotAuthenticated("A reviewer token is required: 'Authorization: Bearer hpr_...'.")
 
 
-class ReviewerTokenRateThrottle(throttling.BaseThrottle):
+class ReviewerTokenRateThrottle(ApiKeyRateThrottle):
     """The agent keys' fixed window (HOLDPOINT_API_RATE), counted per reviewer token."""
 
-    scope = "api_key"
-
-    def __init__(self) -> None:
-        self._wait: float | None = None
-
-    def allow_request(self, request: Request, view: Any) -> bool:
-        if not isinstance(request.auth, ReviewerToken):
-            return True
-        limit, length_s = parse_rate(api_settings.DEFAULT_THROTTLE_RATES[self.scope])
-        now = time.time()
-        bucket = int(now // length_s)
-        hits = window_hit(f"reviewer_token:{request.auth.pk}", bucket, length_s)
-        if hits is None or hits <= limit:
-            return True
-        self._wait = (bucket + 1) * length_s - now
-        return False
-
-    def wait(self) -> float | None:
-        return self._wait
+    def window_subject(self, request: Request) -> str | None:
+        return f"reviewer_token:{request.auth.pk}" if isinstance(request.auth, ReviewerToken) else None
