@@ -11,7 +11,8 @@ print(outcome.action, outcome.step_url)
 
 __version__ = "0.1.0"
 
-from .client import AsyncHoldpoint, ConditionalStep, Holdpoint, step_path
+from .async_client import AsyncHoldpoint
+from .client import ConditionalStep, Holdpoint, step_path
 from .envelopes import (
     Failure,
     ToolError,

@@ -61,7 +61,8 @@ from .errors import (
 if TYPE_CHECKING:
     import datetime as dt
 
-    from .client import AsyncHoldpoint, Holdpoint
+    from .async_client import AsyncHoldpoint
+    from .client import Holdpoint
     from .types import AttemptGrant, Directive, IngestAnswer, Step
 
 _UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)

@@ -28,7 +28,7 @@ from urllib.parse import urlencode, urlsplit
 import h11
 import httpx
 
-from ..client import AsyncHoldpoint
+from ..async_client import AsyncHoldpoint
 
 MAX_IDLE = 8  # kept-alive connections waiting for the next request
 ADDRESS_TTL_S = 60.0  # how long a host name's address is reused without looking it up again

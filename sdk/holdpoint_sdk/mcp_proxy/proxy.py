@@ -48,7 +48,8 @@ from typing import Any, Protocol
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ..client import AsyncHoldpoint, Dialect
+from ..async_client import AsyncHoldpoint
+from ..client import Dialect
 from ..envelopes import MAX_INPUT_BYTES, Failure, canonical_json, input_fingerprint, now_utc, success_envelope
 from ..errors import (
     AttemptRefused,

@@ -1,0 +1,289 @@
+"""The asyncio client: the same methods as `Holdpoint`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from .client import (
+    WAITING_ACTIONS,
+    ConditionalStep,
+    Dialect,
+    _Call,
+    _ClientBase,
+    _decided,
+    _drop_none,
+    _poll_delay,
+    _time_param,
+)
+from .envelopes import Failure, now_utc, parse_rfc3339
+from .errors import AttemptRefused, DecisionTimeout, HoldpointError
+from .guard import AsyncGuard, Outcome, takes_the_input
+from .types import (
+    AttemptGrant,
+    CodeList,
+    IngestAnswer,
+    Metrics,
+    Skipped,
+    Step,
+    StepAnswer,
+    StepPage,
+    VerificationOutcome,
+)
+
+
+class AsyncHoldpoint(_ClientBase):
+    """The asyncio client; the same methods as `Holdpoint`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        default_retry_delay: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            base_url,
+            api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_retry_delay=default_retry_delay,
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=self._headers,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._sleep = sleep
+        self._clock = clock
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncHoldpoint:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        try_number = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=call.body,
+                    headers=call.headers,
+                )
+            except httpx.TransportError as error:
+                wait = self._retry_wait(call, try_number, None)
+                if wait is None or not (call.idempotent or self._never_sent(error)):
+                    raise self._unavailable(error) from error
+            else:
+                if response.status_code in call.expect:
+                    return response
+                wait = self._retry_wait(call, try_number, response)
+                if wait is None:
+                    raise self._error(response)
+            await self._sleep(wait)
+            try_number += 1
+
+    async def _fetch(self, call: _Call) -> Any:
+        return self._json(await self._send(call), call)
+
+    async def post_envelope(
+        self,
+        envelope: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        dialect: Dialect = "canonical",
+    ) -> IngestAnswer:
+        call = self._envelope_call(envelope, idempotency_key, dialect)
+        return cast(IngestAnswer, self._remember_answer(await self._fetch(call)))
+
+    async def request_attempt(
+        self,
+        operation_ref: str,
+        *,
+        tool: str,
+        input_fingerprint: str,
+        run_id: str | None = None,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+        input: Mapping[str, Any] | None = None,
+    ) -> AttemptGrant:
+        call = self._attempt_call(
+            operation_ref, tool, input_fingerprint, run_id, correlation_id, idempotency_key, input
+        )
+        try:
+            grant = await self._fetch(call)
+        except AttemptRefused as refusal:
+            self._remember_refusal(refusal)
+            raise
+        self._approved_inputs.pop(operation_ref, None)  # a granted attempt used the approval
+        return cast(AttemptGrant, self._remember_answer(grant))
+
+    async def report_verification(
+        self,
+        operation_ref: str,
+        *,
+        outcome: VerificationOutcome,
+        checked_at: dt.datetime | None = None,
+        evidence_ref: str | None = None,
+    ) -> StepAnswer:
+        call = self._verification_call(operation_ref, outcome, checked_at, evidence_ref)
+        return cast(StepAnswer, self._remember_answer(await self._fetch(call)))
+
+    async def get_step(self, operation_ref: str) -> Step:
+        step = (await self.get_step_if_changed(operation_ref, etag=None)).step
+        assert step is not None
+        return step
+
+    async def get_step_if_changed(self, operation_ref: str, *, etag: str | None) -> ConditionalStep:
+        response = await self._send(self._step_call(operation_ref, etag))
+        new_etag = response.headers.get("ETag", etag)
+        if response.status_code == 304:
+            return ConditionalStep(step=None, etag=new_etag)
+        step = cast(Step, response.json())
+        self._remember(step)
+        return ConditionalStep(step=step, etag=new_etag)
+
+    async def list_steps_page(
+        self,
+        *,
+        state: str | None = None,
+        tool: str | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> StepPage:
+        params = {"state": state, "tool": tool, "run_id": run_id, "limit": limit, "cursor": cursor}
+        return cast(StepPage, await self._fetch(self._list_call(params)))
+
+    async def list_steps(
+        self,
+        *,
+        state: str | None = None,
+        tool: str | None = None,
+        run_id: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[Step]:
+        params: dict[str, Any] | None = {
+            "state": state,
+            "tool": tool,
+            "run_id": run_id,
+            "limit": page_size,
+        }
+        while params is not None:
+            page = cast(StepPage, await self._fetch(self._list_call(params)))
+            for step in page["results"]:
+                yield step
+            params = self._next_params(page["next"])
+
+    async def tool_codes(self, tool: str) -> CodeList:
+        call = _Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/codes")
+        return cast(CodeList, await self._fetch(call))
+
+    async def tool_metrics(
+        self,
+        tool: str,
+        *,
+        since: dt.datetime | str | None = None,
+        until: dt.datetime | str | None = None,
+    ) -> Metrics:
+        params = _drop_none({"since": _time_param(since), "until": _time_param(until)})
+        call = _Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/metrics", params=params)
+        return cast(Metrics, await self._fetch(call))
+
+    async def run_skipped(self, run_id: str) -> Skipped:
+        path = f"/api/v1/runs/{quote(run_id, safe='')}/skipped"
+        return cast(Skipped, await self._fetch(_Call("GET", path)))
+
+    def guard(
+        self,
+        *,
+        tool: str,
+        input: Any,
+        operation_ref: str | None = None,
+        run_id: str | None = None,
+        correlation_id: str | None = None,
+        side_effects: bool = True,
+        verification_tool: str | None = None,
+        classify: Callable[[BaseException], Failure | None] | None = None,
+        send_input: bool = True,
+    ) -> AsyncGuard:
+        return AsyncGuard(
+            self,
+            tool=tool,
+            input=input,
+            operation_ref=operation_ref,
+            run_id=run_id,
+            correlation_id=correlation_id,
+            side_effects=side_effects,
+            verification_tool=verification_tool,
+            classify=classify,
+            send_input=send_input,
+            approved_input=self.approved_input(operation_ref) if operation_ref else None,
+        )
+
+    async def guarded_call(self, *, tool: str, input: Any, call: Callable[[], Any], **options: Any) -> Outcome:
+        async with self.guard(tool=tool, input=input, **options) as guard:
+            if takes_the_input(call):
+                return await guard.call(call, guard.input)
+            return await guard.call(call)
+
+    async def wait_for_decision(
+        self,
+        operation_ref: str,
+        *,
+        timeout: float = 3600.0,
+        initial_interval: float = 1.0,
+        max_interval: float = 30.0,
+        waiting_actions: frozenset[str] = WAITING_ACTIONS,
+    ) -> Step:
+        deadline = self._clock() + timeout
+        etag: str | None = None
+        step: Step | None = None
+        interval = initial_interval
+        while True:
+            try:
+                read = await self.get_step_if_changed(operation_ref, etag=etag)
+            except HoldpointError as error:
+                if error.status != 429 and error.status is not None and error.status < 500:
+                    raise
+                read = ConditionalStep(step=None, etag=etag)
+                interval = max(interval, error.retry_after or 0.0)
+            if read.step is not None:
+                if step is not None and read.step["directive"] != step["directive"]:
+                    interval = initial_interval
+                step, etag = read.step, read.etag
+            if step is not None and _decided(step, waiting_actions, now_utc()):
+                return step
+            left = deadline - self._clock()
+            if left <= 0:
+                raise DecisionTimeout(f"no decision on {operation_ref!r} within {timeout}s", step=step)
+            delay = _poll_delay(step, interval, now=now_utc()) if step else interval
+            await self._sleep(min(delay, left))
+            interval = min(interval * 2, max_interval)
+
+    async def sleep_until(self, when: dt.datetime | str | None) -> None:
+        moment = parse_rfc3339(when) if isinstance(when, str) else when
+        if moment is not None:
+            seconds = (moment - now_utc()).total_seconds()
+            if seconds > 0:
+                await self._sleep(seconds)
