@@ -154,7 +154,7 @@ class StepBuilder:
         self.attempts += 1
         self.reported = False
         self.ids["attempt"] += 1
-        self.rows.attempts.append((self.ids["attempt"], self.attempts, HASH, "", "", self.clock, self.step_id))
+        self.rows.attempts.append((self.ids["attempt"], self.attempts, HASH, "", "", self.clock, self.step_id, False))
         self.move("in_progress", "attempt_granted", cause="attempt")
 
     def envelope(self, code: str | None) -> None:
@@ -302,7 +302,7 @@ ENVELOPE_COLUMNS = (
     "correlation_id, run_id, attempt, occurred_at, received_at, verification, result_sha256, result_size, flags, "
     "documented, step_closed, step_id, team_id, tool_id"
 )
-ATTEMPT_COLUMNS = "id, number, fingerprint, run_id, correlation_id, granted_at, step_id"
+ATTEMPT_COLUMNS = "id, number, fingerprint, run_id, correlation_id, granted_at, step_id, input_redacted"
 AUDIT_COLUMNS = (
     "id, chain, seq, kind, actor, before, after, reason, held_seconds, data, created_at, prev_hash, hash, "
     "step_id, team_id, tool_id"
