@@ -382,10 +382,14 @@ def build(envelopes: int, days: int, seed: int) -> None:
           f"{len(rows.audit):,} audit rows in {generated - started:.0f} s", flush=True)
 
     # Rows reach the disk in time order, as an append-only table fills in production.
-    for table, at in ((rows.envelopes, 20), (rows.attempts, 5), (rows.audit, 10)):
+    # After the audit rows the setup wrote (team_create, tool_configure... are audited).
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM envelopes_auditevent")
+        audited = cursor.fetchone()[0]
+    for table, at, after in ((rows.envelopes, 20, 0), (rows.attempts, 5, 0), (rows.audit, 10, audited)):
         table.sort(key=lambda row, at=at: row[at])
-        for number, row in enumerate(table, start=1):
-            table[number - 1] = (number, *row[1:])
+        for index, row in enumerate(table):
+            table[index] = (after + index + 1, *row[1:])
     with transaction.atomic(), connection.cursor() as cursor:
         raw = cursor.cursor
         # The generated rows are consistent: skip the per-row foreign-key triggers (superuser).
