@@ -32,15 +32,17 @@ SINK = "http://127.0.0.1:9"  # the discard port: nothing answers, nothing is sen
 
 
 def main() -> None:
-    bench = team_create(slug="bench", name="Benchmark")
+    # bench/run --keep-db: the teams beside a filled database's own (whose team is named bench).
+    prefix = os.environ.get("BENCH_TEAM_PREFIX", "")
+    bench = team_create(slug=f"{prefix}bench", name="Benchmark")
     endpoint_create(team=bench, url=f"{SINK}/hook")
-    none = team_create(slug="bench-none", name="Benchmark, no channels")
-    three = team_create(slug="bench-three", name="Benchmark, three channels")
+    none = team_create(slug=f"{prefix}bench-none", name="Benchmark, no channels")
+    three = team_create(slug=f"{prefix}bench-three", name="Benchmark, three channels")
     channel_create(team=three, kind="email", target="ops@example.com")
     channel_create(team=three, kind="slack", target=f"{SINK}/services/T/B/X")
     channel_create(team=three, kind="webhook", target=f"{SINK}/channel")
     for team in (bench, none, three):
-        print(team.slug, api_key_create(team=team, name="bench").raw)
+        print(team.slug.removeprefix(prefix), api_key_create(team=team, name="bench").raw)
 
 
 if __name__ == "__main__":
