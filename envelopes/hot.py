@@ -256,7 +256,7 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
     )
     if not outcome.ignored:
         step.last_envelope = envelope
-    _write(applied, [envelope], cause="envelope", now=now)
+    shape = _write(applied, [envelope], cause="envelope", now=now)
     return IngestAnswer(
         envelope=envelope,
         step=step,
@@ -264,13 +264,16 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         directive_not_before=outcome.directive_not_before,
         dropped_detail_keys=parsed.dropped_detail_keys,
         flags=tuple(sorted(flags)),
+        step_shape=shape,
     )
 
 
-def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> None:
+def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> dict[str, Any] | None:
     """apply_event's writes in one statement: the step with step_save's changes (INSERT when it
     is new, else UPDATE of the locked row), its audit links, the caller's rows, and when the
-    state changed the domain event; then the event's consumers (events.event_emit's hand-over)."""
+    state changed the domain event; then the event's consumers (events.event_emit's hand-over).
+    Returns the step's shape the event carries (None: no event), which the answer reuses: the
+    step does not change after this."""
     step, outcome = applied.step, applied.outcome
     assert step is not None
     step.updated_at = now  # transitions.step_save
@@ -296,6 +299,7 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> N
     if emitted is not None:
         for consumer in consumers():
             consumer(team_id=step.team_id, event_type="step.state_changed", data=emitted, step_id=step.pk)
+    return None if emitted is None else emitted["step"]
 
 
 # --- the attempt gate -----------------------------------------------------------------------
@@ -322,7 +326,7 @@ def attempt_request(
     now = now or timezone.now()
     try:
         with transaction.atomic():
-            applied, attempt = _attempt(
+            applied, attempt, shape = _attempt(
                 team, operation_ref, tool_name, fingerprint, accepted, run_id, correlation_id, now
             )
     except (_NotHot, IntegrityError):
@@ -335,12 +339,15 @@ def attempt_request(
             REFUSAL_DETAIL[outcome.refusal],
             step=step,
             directive=step_representation(
-                step, directive_reason=outcome.directive_reason, directive_not_before=outcome.directive_not_before
+                step,
+                directive_reason=outcome.directive_reason,
+                directive_not_before=outcome.directive_not_before,
+                built=shape,
             )["directive"],
             retry_after=outcome.retry_after,
         )
     assert attempt is not None
-    return AttemptGrant(attempt=attempt, step=step)
+    return AttemptGrant(attempt=attempt, step=step, step_shape=shape)
 
 
 def _attempt(
@@ -352,7 +359,7 @@ def _attempt(
     run_id: str,
     correlation_id: str,
     now: datetime,
-) -> tuple[Applied, Attempt | None]:
+) -> tuple[Applied, Attempt | None, dict[str, Any] | None]:
     found = _context(team, tool_name, operation_ref, code=None)
     tool, step = found.tool, found.step
     if step is not None and step.tool_id != tool.pk:
@@ -406,5 +413,5 @@ def _attempt(
             )
         )
         proposal_remember(step, Proposal(None, fingerprint, stored_input, redacted, now))
-    _write(applied, rows, cause="attempt", now=now)
-    return applied, attempt
+    shape = _write(applied, rows, cause="attempt", now=now)
+    return applied, attempt, shape

@@ -79,17 +79,35 @@ def decision_representation(decision: Any) -> dict[str, Any]:
     }
 
 
-def step_representation(
-    step: Step, *, directive_reason: str = "", directive_not_before: datetime | None = None
-) -> dict[str, Any]:
-    """The step shape of §4. Reads the step's decisions (prefetched where lists are served) and
-    its proposal (`proposal_of`, remembered on the instance; `proposals_load` for lists)."""
-    decisions = list(step.decisions.all())  # type: ignore[attr-defined]
-    directive = directive_representation(step, reason=directive_reason, not_before=directive_not_before)
+def _step_directive(step: Step, decisions: list[Any], *, reason: str, not_before: datetime | None) -> dict[str, Any]:
+    directive = directive_representation(step, reason=reason, not_before=not_before)
     edited = _edited_binding(step, decisions)
     if edited is not None:
         directive["input"] = edited.edited_input
         directive["input_fingerprint"] = edited.input_fingerprint
+    return directive
+
+
+def step_representation(
+    step: Step,
+    *,
+    directive_reason: str = "",
+    directive_not_before: datetime | None = None,
+    built: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The step shape of §4. Reads the step's decisions (prefetched where lists are served) and
+    its proposal (`proposal_of`, remembered on the instance; `proposals_load` for lists).
+
+    `built`: this step's shape without a directive reason, already built in this request (for
+    its `step.state_changed` event) and the step unchanged since; only the directive is built
+    again, and only when the answer names its own reason or time (the hot path's answer)."""
+    decisions = list(step.decisions.all())  # type: ignore[attr-defined]
+    if built is not None:
+        if not directive_reason and directive_not_before is None:
+            return built
+        directive = _step_directive(step, decisions, reason=directive_reason, not_before=directive_not_before)
+        return {**built, "directive": directive}
+    directive = _step_directive(step, decisions, reason=directive_reason, not_before=directive_not_before)
     proposal = proposal_of(step)
     return {
         "operation_ref": step.operation_ref,

@@ -8,7 +8,7 @@ the approvals app call these; nothing else sets `step.state`.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,12 +65,15 @@ class IngestAnswer:
     directive_not_before: datetime | None
     dropped_detail_keys: tuple[str, ...]
     flags: tuple[str, ...]
+    # The step's shape as its step.state_changed event carried it (envelopes.hot builds it once).
+    step_shape: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         step = step_representation(
             self.step,
             directive_reason=self.directive_reason,
             directive_not_before=self.directive_not_before,
+            built=self.step_shape,
         )
         return {
             "envelope_id": self.envelope.pk,
@@ -373,9 +376,10 @@ def tool_resume(*, tool: Tool, actor: str, reviewer: str | None, reason: str, no
 class AttemptGrant:
     attempt: Attempt
     step: Step
+    step_shape: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # as IngestAnswer's
 
     def as_dict(self) -> dict[str, Any]:
-        step = step_representation(self.step)
+        step = step_representation(self.step, built=self.step_shape)
         return {"attempt": self.attempt.number, "step": step, "directive": step["directive"]}
 
 

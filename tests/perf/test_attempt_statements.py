@@ -7,17 +7,20 @@ BEGIN and COMMIT are a SAVEPOINT and its RELEASE, and count the same."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import rfc8785
+from django.core.serializers.json import DjangoJSONEncoder
 
 from envelopes import hot, services
 from envelopes.audit import audit_verify
 from envelopes.errors import AttemptRefused
 from envelopes.events import DomainEvent
 from envelopes.models import Attempt, AuditEvent, ProposedInput, Step, Team
+from envelopes.presenters import step_representation
 from envelopes.proposal import input_accept
 from envelopes.transitions import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, fingerprint, success_envelope
@@ -158,3 +161,32 @@ def test_what_the_hot_gate_leaves_to_the_service(team: Team) -> None:
         hot.attempt_request(team=team, operation_ref="r", tool_name="other_tool", fingerprint="0" * 64, accepted=None)
         is None
     )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+def test_the_hot_grant_and_its_event_carry_the_step_as_stored(team: Team, endpoint) -> None:  # type: ignore[no-untyped-def]
+    """The hot gate builds the step's shape once, for its step.state_changed event, and answers
+    with it: both must be the step as the database now holds it, every field (url, times, ids)."""
+    tool_get_or_register(team=team, name="send_email")
+    for number, (fp, sent) in enumerate([(INPUT_FP, INPUT), (fingerprint("b"), None)]):
+        now = NOW + timedelta(seconds=2 * number)
+        if number:  # the first attempt failed: the second is of a fixed input
+            _envelope(team, "hot", error_envelope(), now - timedelta(seconds=1))
+        grant = hot.attempt_request(
+            team=team,
+            operation_ref="hot",
+            tool_name="send_email",
+            fingerprint=fp,
+            accepted=input_accept(sent, fingerprint=fp) if sent is not None else None,
+            now=now,
+        )
+        assert grant is not None, "the common case takes the hot path"
+        stored = Step.objects.select_related("tool", "last_envelope").get(operation_ref="hot")
+        body_sent = _json(grant.as_dict())
+        assert body_sent["step"] == _json(step_representation(stored))
+        assert body_sent["step"]["proposal"]["input_fingerprint"] == fp
+        event = DomainEvent.objects.filter(step=stored).latest("id")
+        assert event.data == {"step": body_sent["step"], "cause": "attempt"}

@@ -7,10 +7,12 @@ count the same."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -18,6 +20,7 @@ from envelopes import hot, services
 from envelopes.audit import audit_verify
 from envelopes.events import DomainEvent
 from envelopes.models import AuditEvent, Envelope, Step, Team
+from envelopes.presenters import step_representation
 from envelopes.transitions import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, success_envelope, unknown_outcome
 from webhooks.models import OutboxMessage
@@ -165,3 +168,34 @@ def test_what_the_hot_path_leaves_to_the_service(team: Team) -> None:
     )
     assert hot.envelope_ingest(team=team, payload=error_envelope(operation_ref="done"), dialect="canonical") is None
     assert Step.objects.count() == steps + 1
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+@pytest.mark.parametrize(
+    "bodies", [[error_envelope()], [error_envelope(), success_envelope()]], ids=["new", "then-success"]
+)
+def test_the_hot_answer_and_its_event_carry_the_step_as_stored(
+    team: Team, endpoint, bodies: list[dict[str, Any]]
+) -> None:  # type: ignore[no-untyped-def]
+    """The hot path builds the step's shape once, for its step.state_changed event, and answers
+    with it: both must be the step as the database now holds it, every field (url, times, ids)."""
+    tool_get_or_register(team=team, name="send_email")
+    for body in bodies:
+        answer = hot.envelope_ingest(team=team, payload={**body, "operation_ref": "hot"}, dialect="canonical")
+        assert answer is not None, "the common case takes the hot path"
+        stored = Step.objects.select_related("tool", "last_envelope").get(operation_ref="hot")
+        as_stored = _json(
+            step_representation(
+                stored,
+                directive_reason=answer.directive_reason,
+                directive_not_before=answer.directive_not_before,
+            )
+        )
+        body_sent = _json(answer.as_dict())
+        assert body_sent["step"] == as_stored
+        assert body_sent["directive"] == as_stored["directive"]
+        event = DomainEvent.objects.filter(step=stored).latest("id")
+        assert event.data == {"step": _json(step_representation(stored)), "cause": "envelope"}
