@@ -292,9 +292,7 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
             created_at=timezone.now(),
         )
         statements.append(hot_sql.insert(event))
-    sql, params = hot_sql.combined(statements)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    hot_sql.execute_bound(*hot_sql.combined(statements))
     hot_sql.mark_saved(step, *applied.audit_events, *rows)
     if emitted is not None:
         for consumer in consumers():

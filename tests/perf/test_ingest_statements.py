@@ -128,8 +128,16 @@ def _answer(answer: services.IngestAnswer) -> dict[str, Any]:
                 category="authorization",
             ),
         ],
+        # The hot write's values are bound by the server, not quoted into its text: quotes,
+        # backslashes and placeholders in agent text are stored as the service stores them.
+        [
+            error_envelope(
+                agent_message="it's 100% \\ $1 %s %(x)s 'q' \"dq\" ; -- é ✓",
+                safe_details={"field": "a'b\\c %s $2 \u00e9"},
+            )
+        ],
     ],
-    ids=["new", "new-with-ids", "then-success", "unknown-twice", "undocumented-then-held"],
+    ids=["new", "new-with-ids", "then-success", "unknown-twice", "undocumented-then-held", "quotes-and-placeholders"],
 )
 def test_the_hot_path_writes_what_the_service_writes(team: Team, endpoint, bodies: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
     tool_get_or_register(team=team, name="send_email")  # a new tool is the service's to register
