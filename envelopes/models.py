@@ -195,7 +195,10 @@ class StepQuerySet(models.QuerySet["Step"]):
 class Step(models.Model):
     """One agent operation, named by the agent's operation_ref, and where its recovery stands."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: team leads the unique (team, operation_ref) and every other step index;
+    # a bare team_id index only tempted the planner away from the unique lookup for a team its
+    # statistics did not know yet (bench/README.md, "Flat with size").
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="steps", db_index=False)
     tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="steps")
     operation_ref = models.CharField(max_length=200)
     state = models.CharField(max_length=20, choices=[(s.value, s.value) for s in State])
