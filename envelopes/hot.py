@@ -41,7 +41,7 @@ from .lifecycle import TERMINAL
 from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import AcceptedInput, Proposal, proposal_from_rows, proposal_remember
-from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer
+from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer, envelope_build
 from .transitions import AGENT, Applied, event_plan
 
 
@@ -222,38 +222,18 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
     if applied is None or applied.step is None:
         raise _NotHot("no step to create")
     step, outcome = applied.step, applied.outcome
-    envelope = Envelope(
-        id=found.envelope_id,
+    envelope = envelope_build(
+        parsed,
         team=team,
         tool=tool,
         step=step,
-        dialect=parsed.dialect,
-        ok=parsed.ok,
-        code=parsed.code or "",
-        category=parsed.category or "",
-        commit_state=parsed.commit_state or "",
-        retry_directive=parsed.retry_directive or "",
-        not_before=parsed.not_before,
-        max_attempts_remaining=parsed.max_attempts_remaining,
-        next_action=parsed.next_action or "",
-        scope=parsed.scope or "",
-        resource_id=parsed.resource_id or "",
-        safe_details=parsed.safe_details,
-        dropped_detail_keys=list(parsed.dropped_detail_keys),
-        agent_message=parsed.agent_message,
-        user_message=parsed.user_message,
         correlation_id=correlation_id,
-        run_id=parsed.run_id or "",
-        attempt=parsed.attempt,
-        occurred_at=parsed.occurred_at,
-        received_at=now,
-        verification=parsed.verification,
-        result_sha256=parsed.result_sha256 or "",
-        result_size=parsed.result_size,
-        flags=sorted(flags),
+        flags=flags,
         documented=documented,
         step_closed=outcome.ignored,
+        now=now,
     )
+    envelope.id = found.envelope_id
     if not outcome.ignored:
         step.last_envelope = envelope
     shape = _write(applied, [envelope], cause="envelope", now=now)

@@ -225,6 +225,53 @@ def envelope_ingest(
     return answer
 
 
+def envelope_build(
+    parsed: schema.ParsedEnvelope,
+    *,
+    team: Team,
+    tool: Tool,
+    step: Step,
+    correlation_id: str,
+    flags: set[str],
+    documented: bool,
+    step_closed: bool,
+    now: datetime,
+) -> Envelope:
+    """The stored row of a parsed envelope, not saved (the service saves it; the hot path writes it
+    in its one statement)."""
+    return Envelope(
+        team=team,
+        tool=tool,
+        step=step,
+        dialect=parsed.dialect,
+        ok=parsed.ok,
+        code=parsed.code or "",
+        category=parsed.category or "",
+        commit_state=parsed.commit_state or "",
+        retry_directive=parsed.retry_directive or "",
+        not_before=parsed.not_before,
+        max_attempts_remaining=parsed.max_attempts_remaining,
+        next_action=parsed.next_action or "",
+        scope=parsed.scope or "",
+        resource_id=parsed.resource_id or "",
+        safe_details=parsed.safe_details,
+        dropped_detail_keys=list(parsed.dropped_detail_keys),
+        agent_message=parsed.agent_message,
+        user_message=parsed.user_message,
+        correlation_id=correlation_id,
+        run_id=parsed.run_id or "",
+        attempt=parsed.attempt,
+        occurred_at=parsed.occurred_at,
+        received_at=now,
+        verification=parsed.verification,
+        result_sha256=parsed.result_sha256 or "",
+        result_size=parsed.result_size,
+        flags=sorted(flags),
+        documented=documented,
+        step_closed=step_closed,
+    )
+
+
 def _envelope_store(
     *,
     team: Team,
@@ -240,37 +287,18 @@ def _envelope_store(
 
     def envelope_create(applied: Applied) -> bool:
         assert applied.step is not None  # only an attempt is refused before its step exists
-        envelope = Envelope.objects.create(
+        envelope = envelope_build(
+            parsed,
             team=team,
             tool=tool,
             step=applied.step,
-            dialect=parsed.dialect,
-            ok=parsed.ok,
-            code=parsed.code or "",
-            category=parsed.category or "",
-            commit_state=parsed.commit_state or "",
-            retry_directive=parsed.retry_directive or "",
-            not_before=parsed.not_before,
-            max_attempts_remaining=parsed.max_attempts_remaining,
-            next_action=parsed.next_action or "",
-            scope=parsed.scope or "",
-            resource_id=parsed.resource_id or "",
-            safe_details=parsed.safe_details,
-            dropped_detail_keys=list(parsed.dropped_detail_keys),
-            agent_message=parsed.agent_message,
-            user_message=parsed.user_message,
             correlation_id=correlation_id,
-            run_id=parsed.run_id or "",
-            attempt=parsed.attempt,
-            occurred_at=parsed.occurred_at,
-            received_at=now,
-            verification=parsed.verification,
-            result_sha256=parsed.result_sha256 or "",
-            result_size=parsed.result_size,
-            flags=sorted(flags),
+            flags=flags,
             documented=documented,
             step_closed=applied.outcome.ignored,
+            now=now,
         )
+        envelope.save(force_insert=True)
         stored.append(envelope)
         if not applied.outcome.ignored:
             applied.step.last_envelope = envelope
