@@ -34,14 +34,14 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
-from . import hot_sql, lifecycle, schema
+from . import hot_sql, schema
 from .errors import AttemptRefused
 from .events import DomainEvent, consumers
 from .lifecycle import TERMINAL
 from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import AcceptedInput, Proposal, proposal_from_rows, proposal_remember
-from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer, envelope_build
+from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer, attempt_event, envelope_build, envelope_event
 from .transitions import AGENT, Applied, event_plan
 
 
@@ -192,18 +192,7 @@ def _ingest(team: Team, payload: Any, tool_name: str, operation_ref: str, code: 
         raise _NotHot("a skipped resource is the service's")
 
     correlation_id = parsed.correlation_id or str(uuid.uuid4())
-    event = lifecycle.EnvelopeArrived(
-        ok=parsed.ok,
-        commit_state=parsed.commit_state,
-        next_action=parsed.next_action,
-        max_attempts_remaining=parsed.max_attempts_remaining,
-        not_before=parsed.not_before,
-        attempt=parsed.attempt,
-        occurred_at=parsed.occurred_at,
-        consistency_window_s=tool.consistency_window_s,
-        verification_deadline_s=tool.verification_deadline_s,
-        approval_ttl_s=tool.approval_ttl_s,
-    )
+    event = envelope_event(parsed, tool)
     if step is not None and (step.tool_id != tool.pk or step.state in TERMINAL):
         raise _NotHot("a tool mismatch or a closed step is the service's")
     applied = event_plan(
@@ -342,12 +331,7 @@ def _attempt(
     tool, step = found.tool, found.step
     if step is not None and step.tool_id != tool.pk:
         raise _NotHot("another tool's step: the service's tool_mismatch")
-    event = lifecycle.AttemptRequested(
-        fingerprint=fingerprint,
-        consistency_window_s=tool.consistency_window_s,
-        verification_deadline_s=tool.verification_deadline_s,
-        approval_ttl_s=tool.approval_ttl_s,
-    )
+    event = attempt_event(fingerprint, tool)
     applied = event_plan(
         event=event,
         actor=AGENT,

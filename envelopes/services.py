@@ -187,18 +187,7 @@ def envelope_ingest(
             flags.add("undocumented_code")
 
     correlation_id = parsed.correlation_id or str(uuid.uuid4())
-    event = lifecycle.EnvelopeArrived(
-        ok=parsed.ok,
-        commit_state=parsed.commit_state,
-        next_action=parsed.next_action,
-        max_attempts_remaining=parsed.max_attempts_remaining,
-        not_before=parsed.not_before,
-        attempt=parsed.attempt,
-        occurred_at=parsed.occurred_at,
-        consistency_window_s=tool.consistency_window_s,
-        verification_deadline_s=tool.verification_deadline_s,
-        approval_ttl_s=tool.approval_ttl_s,
-    )
+    event = envelope_event(parsed, tool)
     try:
         with transaction.atomic():
             answer = _envelope_store(
@@ -223,6 +212,32 @@ def envelope_ingest(
         )
         raise
     return answer
+
+
+def envelope_event(parsed: schema.ParsedEnvelope, tool: Tool) -> lifecycle.EnvelopeArrived:
+    """What the state machine is told of an envelope for this tool (the service and the hot path)."""
+    return lifecycle.EnvelopeArrived(
+        ok=parsed.ok,
+        commit_state=parsed.commit_state,
+        next_action=parsed.next_action,
+        max_attempts_remaining=parsed.max_attempts_remaining,
+        not_before=parsed.not_before,
+        attempt=parsed.attempt,
+        occurred_at=parsed.occurred_at,
+        consistency_window_s=tool.consistency_window_s,
+        verification_deadline_s=tool.verification_deadline_s,
+        approval_ttl_s=tool.approval_ttl_s,
+    )
+
+
+def attempt_event(fingerprint: str, tool: Tool) -> lifecycle.AttemptRequested:
+    """What the state machine is told of an attempt request for this tool."""
+    return lifecycle.AttemptRequested(
+        fingerprint=fingerprint,
+        consistency_window_s=tool.consistency_window_s,
+        verification_deadline_s=tool.verification_deadline_s,
+        approval_ttl_s=tool.approval_ttl_s,
+    )
 
 
 def envelope_build(
@@ -448,12 +463,7 @@ def attempt_request(
     now = now or timezone.now()
     accepted = input_accept(input, fingerprint=fingerprint) if input is not None else None
     tool = tool_auto_register(team=team, name=tool_name)
-    event = lifecycle.AttemptRequested(
-        fingerprint=fingerprint,
-        consistency_window_s=tool.consistency_window_s,
-        verification_deadline_s=tool.verification_deadline_s,
-        approval_ttl_s=tool.approval_ttl_s,
-    )
+    event = attempt_event(fingerprint, tool)
     granted: list[Attempt] = []
 
     def attempt_create(applied: Applied) -> bool:
