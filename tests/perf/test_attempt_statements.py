@@ -24,6 +24,7 @@ from envelopes.presenters import step_representation
 from envelopes.proposal import input_accept
 from envelopes.transitions import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, fingerprint, success_envelope
+from tests.perf.rows import stable_row, stable_shape
 from webhooks.models import OutboxMessage
 from webhooks.services import endpoint_create
 
@@ -69,32 +70,18 @@ def test_a_refusal_is_at_most_5_statements(agent: AgentClient, endpoint, django_
 # --- the hot path writes and answers what the service does ----------------------------------
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-VOLATILE = {"id", "step_id", "step", "team_id", "operation_ref", "chain", "hash", "prev_hash", "audit_head"}
-VOLATILE |= {"last_envelope_id", "url", "envelope_id", "correlation_id", "created_at", "updated_at"}
-
-
-def _row(instance: Any) -> dict[str, Any]:
-    return {
-        f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields if f.attname not in VOLATILE
-    }
-
-
-def _shape(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _shape(item) for key, item in value.items() if key not in VOLATILE}
-    if isinstance(value, list):
-        return [_shape(item) for item in value]
-    return value
 
 
 def _written(ref: str) -> dict[str, Any]:
     step = Step.objects.get(operation_ref=ref)
     return {
-        "step": _row(step),
-        "attempts": [_row(a) for a in Attempt.objects.filter(step=step).order_by("number")],
-        "proposed": [_row(p) for p in ProposedInput.objects.filter(step=step).order_by("id")],
-        "audit": [_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
-        "events": [_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")],
+        "step": stable_row(step),
+        "attempts": [stable_row(a) for a in Attempt.objects.filter(step=step).order_by("number")],
+        "proposed": [stable_row(p) for p in ProposedInput.objects.filter(step=step).order_by("id")],
+        "audit": [stable_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
+        "events": [
+            stable_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")
+        ],
         "outbox": OutboxMessage.objects.filter(step_id=step.pk).count(),
     }
 
@@ -109,8 +96,8 @@ def _gate(path: str, team: Team, ref: str, fp: str, sent: Any, now: datetime) ->
         else:
             grant = services.attempt_request(**fields, input=sent)
     except AttemptRefused as refused:
-        return {"refused": refused.code, "directive": refused.directive, "step": _shape(refused.step.pk and {})}
-    return _shape(grant.as_dict())
+        return {"refused": refused.code, "directive": refused.directive, "step": stable_shape(refused.step.pk and {})}
+    return stable_shape(grant.as_dict())
 
 
 def _envelope(team: Team, ref: str, body: dict[str, Any], now: datetime) -> None:

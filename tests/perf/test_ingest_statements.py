@@ -23,6 +23,7 @@ from envelopes.models import AuditEvent, Envelope, Step, Team
 from envelopes.presenters import step_representation
 from envelopes.transitions import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, success_envelope, unknown_outcome
+from tests.perf.rows import stable_row, stable_shape
 from webhooks.models import OutboxMessage
 from webhooks.services import endpoint_create
 
@@ -79,37 +80,23 @@ def test_the_counts_are_those_of_the_hot_path(agent: AgentClient, endpoint) -> N
 # --- the hot path writes what the service writes ---------------------------------------------
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-VOLATILE = {"id", "step_id", "step", "envelope_id", "team_id", "operation_ref", "chain", "hash", "prev_hash"}
-VOLATILE |= {"audit_head", "last_envelope_id", "url", "correlation_id", "created_at", "updated_at"}
-
-
-def _row(instance: Any) -> dict[str, Any]:
-    return {
-        f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields if f.attname not in VOLATILE
-    }
-
-
-def _shape(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _shape(item) for key, item in value.items() if key not in VOLATILE}
-    if isinstance(value, list):
-        return [_shape(item) for item in value]
-    return value
 
 
 def _written(ref: str) -> dict[str, Any]:
     step = Step.objects.get(operation_ref=ref)
     return {
-        "step": _row(step),
-        "envelopes": [_row(e) for e in Envelope.objects.filter(step=step).order_by("id")],
-        "audit": [_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
-        "events": [_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")],
+        "step": stable_row(step),
+        "envelopes": [stable_row(e) for e in Envelope.objects.filter(step=step).order_by("id")],
+        "audit": [stable_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
+        "events": [
+            stable_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")
+        ],
         "outbox": OutboxMessage.objects.filter(step_id=step.pk).count(),
     }
 
 
 def _answer(answer: services.IngestAnswer) -> dict[str, Any]:
-    return _shape(answer.as_dict())
+    return stable_shape(answer.as_dict())
 
 
 @pytest.mark.parametrize(
