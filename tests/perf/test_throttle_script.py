@@ -16,7 +16,8 @@ from limits import throttle
 def redis_client():  # type: ignore[no-untyped-def]
     backend = caches["default"]
     if not isinstance(backend, RedisCache):
-        pytest.fail("these tests need CACHE_URL=redis://… (the CI and bench settings)")
+        # The embedded default counts windows in a table (tests/envelopes cover it); CI sets Redis.
+        pytest.skip("the Redis script needs CACHE_URL=redis://… (the CI and bench settings)")
     return backend, backend._cache.get_client(None, write=True)  # type: ignore[attr-defined]
 
 
