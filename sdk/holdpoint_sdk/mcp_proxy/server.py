@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
@@ -22,8 +23,9 @@ from pydantic import BaseModel
 from .. import __version__
 from .config import ProxyConfig
 from .http import LeanAsyncHoldpoint
-from .proxy import HoldpointProxy, SessionUpstream
-from .stdio import pipe_stdio
+from .proxy import HoldpointProxy, SessionUpstream, Upstream
+from .stdio import client_channel
+from .upstream import StdioUpstream, stdio_upstream
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 
@@ -88,31 +90,44 @@ def upstream_environment(environ: Mapping[str, str] | None = None) -> dict[str, 
 
 
 @contextlib.asynccontextmanager
-async def connect_upstream(config: ProxyConfig) -> AsyncIterator[tuple[ClientSession, types.InitializeResult]]:
+async def connect_upstream(config: ProxyConfig) -> AsyncIterator[tuple[Upstream, types.InitializeResult]]:
+    """The upstream, initialized: over stdio the proxy's requests take the lane of
+    `stdio_upstream` (the `ClientSession` does the handshake and answers what the server asks),
+    over streamable HTTP they go through the session."""
     async with contextlib.AsyncExitStack() as stack:
+        lane: StdioUpstream | None = None
         if config.upstream_url:
             read, write = await stack.enter_async_context(streamable_http_client(config.upstream_url))
-        else:
+        elif sys.platform == "win32":  # pragma: no cover - the lane needs POSIX process groups
             command, *args = config.upstream_command
             parameters = StdioServerParameters(command=command, args=args, env=upstream_environment())
             read, write = await stack.enter_async_context(stdio_client(parameters))
+        else:
+            command, *args = config.upstream_command
+            lane = await stack.enter_async_context(stdio_upstream(command, args, upstream_environment()))
+            read, write = lane.session_streams
         session = await stack.enter_async_context(
             ClientSession(read, write, client_info=types.Implementation(name="holdpoint-mcp", version=__version__))
         )
         initialized = await session.initialize()
-        yield session, initialized
+        yield (lane if lane is not None else SessionUpstream(session)), initialized
 
 
 async def serve(config: ProxyConfig) -> None:
     """Run the proxy until its client closes stdin."""
     async with (
-        connect_upstream(config) as (session, initialized),
+        connect_upstream(config) as (upstream, initialized),
         LeanAsyncHoldpoint(config.url, config.api_key, timeout=10.0) as holdpoint,
     ):
-        proxy = HoldpointProxy(config, holdpoint, SessionUpstream(session))
+        proxy = HoldpointProxy(config, holdpoint, upstream)
         server, options = build_server(proxy, initialized)
         logger.info(
             "holdpoint-mcp: guarding %s for run %s via %s", initialized.server_info.name, config.run_id, config.url
         )
-        async with pipe_stdio() as (stdin, stdout), stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
-            await server.run(read, write, options)
+        async with client_channel(proxy.call_tool) as channel:
+            if channel is None:
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, options)
+                return
+            async with channel.streams() as (read, write):
+                await server.run(cast(Any, read), cast(Any, write), options)

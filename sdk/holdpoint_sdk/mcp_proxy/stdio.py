@@ -1,25 +1,60 @@
-"""The proxy's own stdin and stdout as non-blocking pipes for the mcp package's `stdio_server`.
+"""The proxy's stdio towards its MCP client: every `tools/call` on a short lane of its own,
+everything else through the `mcp` package's server.
 
-`stdio_server()` on its own reads each line of stdin in a worker thread and writes and flushes
-each message in two more (anyio's `wrap_file`): three thread hand-offs per tools/call, each two
-context switches that a loaded machine may delay. An MCP client launches the proxy with pipes
-(or a socket pair) for both, which asyncio reads and writes without threads; this module gives
-`stdio_server` such streams. On anything else (a terminal, a file) it gives None and
-`stdio_server` keeps its threads.
+Why a lane of its own: the guarded tools/call is what an agent waits for, and the SDK's server
+takes four hand-offs to answer one (the reader task, its dispatcher's read loop, a handler task
+behind anyio's cancel scopes and middleware, the writer task), plus a pydantic model of each
+message built and dumped again. Measured with bench/mcp_proxy_latency.py against a stub
+Holdpoint, that plumbing was most of the proxy's own cost per call. Here the line is read,
+decoded once with `json`, checked with the SDK's own tools/call validation for the negotiated
+protocol version (`mcp_types.methods.validate_client_request`), handed to the proxy in one
+task, and the result is shaped by the SDK's own result surface
+(`mcp_types.methods.serialize_server_result`) and written as one line.
 
-Like `stdio_server`'s own claim, fd 0 and fd 1 are diverted while serving (to the null device
-and to stderr), so that a stray print in the proxy cannot corrupt the MCP channel.
+The lane opens once the SDK's server has answered `initialize` with a handshake-era protocol
+version (a 2026 per-request-envelope connection, or anything before the handshake, stays with
+the SDK, which knows those rules). Everything that is not a tools/call, and a
+`notifications/cancelled` for a request the lane does not hold, goes to the SDK's server
+exactly as `mcp.server.stdio.stdio_server` would hand it over. Like the SDK's dispatcher, the
+lane answers an error for an exception (MCPError as it is, invalid params as INVALID_PARAMS,
+anything else code 0), never answers a request its client cancelled, and answers
+CONNECTION_CLOSED to calls still running when the client goes.
+
+stdin and stdout are used as non-blocking pipes, without threads (an MCP client launches the
+proxy with pipes or a socket pair); on anything else (a terminal, a file) `client_channel`
+gives None and the caller serves through `stdio_server`, threads and all. Like
+`stdio_server`'s own claim, fd 0 and fd 1 are diverted while serving (to the null device and to
+stderr), so that a stray print in the proxy cannot corrupt the MCP channel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream, create_context_streams
+from mcp.shared.dispatcher import as_request_id, coerce_request_id
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp.shared.message import SessionMessage
+from mcp_types import methods
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 
 READ_CHUNK = 256 * 1024
+TOOLS_CALL = "tools/call"
+
+CallTool = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _is_pipe(fd: int) -> bool:
@@ -31,8 +66,8 @@ def _is_pipe(fd: int) -> bool:
 
 
 class PipeLines:
-    """What `stdio_server` reads stdin as: `async for line in stdin` (text lines, of any length,
-    as with its own reader)."""
+    """The lines of a pipe as text (`async for line in ...`), of any length, as `stdio_server`'s
+    own reader gives them."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
@@ -60,25 +95,173 @@ class PipeLines:
             self.pending += chunk
 
 
-class PipeWriter:
-    """What `stdio_server` writes stdout as: `await write(text)`, `await flush()`."""
+def _dumps(message: Mapping[str, Any]) -> str:
+    # What the SDK writes: compact, UTF-8 as is.
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+
+class ClientChannel:
+    """The MCP client's side of the proxy: `tools/call` answered on the lane, the rest relayed
+    to and from the SDK's server through `streams()`."""
+
+    def __init__(self, lines: PipeLines, writer: asyncio.StreamWriter, call_tool: CallTool) -> None:
+        self.lines = lines
         self.writer = writer
+        self.call_tool = call_tool
+        # The handshake-era protocol version the SDK's server agreed with the client: the lane
+        # is open once it is known.
+        self.version: str | None = None
+        self._initialize_ids: set[types.RequestId] = set()
+        self._calls: dict[types.RequestId, asyncio.Task[None]] = {}
+        self._cancelled: set[types.RequestId] = set()  # by the client: never answered
 
-    async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
+    @contextlib.asynccontextmanager
+    async def streams(
+        self,
+    ) -> AsyncIterator[tuple[ContextReceiveStream[SessionMessage | Exception], ContextSendStream[SessionMessage]]]:
+        """(read_stream, write_stream) for the SDK server's `run`, as `stdio_server` gives them."""
+        to_server, read_stream = create_context_streams[SessionMessage | Exception](0)
+        write_stream, from_server = create_context_streams[SessionMessage](0)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read, to_server)
+                tg.start_soon(self._write_server, from_server)
+                yield read_stream, write_stream
+        finally:
+            for task in list(self._calls.values()):
+                task.cancel()
+            if self._calls:
+                await asyncio.gather(*self._calls.values(), return_exceptions=True)
 
-    async def flush(self) -> None:
-        await self.writer.drain()
+    # --- from the client ------------------------------------------------------------------
+
+    async def _read(self, to_server: ContextSendStream[SessionMessage | Exception]) -> None:
+        try:
+            async with to_server:
+                async for line in self.lines:
+                    if self.version is not None and self._took(line):
+                        continue
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except Exception as exc:  # the SDK's server answers what it can of a bad line
+                        await to_server.send(exc)
+                        continue
+                    if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
+                        self._initialize_ids.add(coerce_request_id(message.id))
+                    await to_server.send(SessionMessage(message))
+        except anyio.ClosedResourceError:  # the server stopped reading
+            pass
+
+    def _took(self, line: str) -> bool:
+        """Whether the lane takes this line: a tools/call, or the cancellation of one it holds."""
+        if '"tools/call"' not in line and '"notifications/cancelled"' not in line:
+            return False
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return False
+        method = message.get("method")
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return False
+        if method == TOOLS_CALL:
+            request_id = as_request_id(message.get("id"))
+            meta = (params or {}).get("_meta")
+            if request_id is None or (isinstance(meta, Mapping) and types.PROTOCOL_VERSION_META_KEY in meta):
+                return False  # a notification, or a 2026 envelope: the SDK's server refuses those
+            key = coerce_request_id(request_id)
+            if key in self._calls:
+                return False  # a duplicate id: the SDK's rules, not two answers from here
+            self._cancelled.discard(key)
+            self._calls[key] = asyncio.get_running_loop().create_task(self._answer(request_id, key, params))
+            return True
+        if method == "notifications/cancelled":
+            cancelled = as_request_id((params or {}).get("requestId"))
+            task = self._calls.get(coerce_request_id(cancelled)) if cancelled is not None else None
+            if task is None:
+                return False
+            self._cancelled.add(coerce_request_id(cancelled))
+            task.cancel()
+            return True
+        return False
+
+    async def _answer(self, request_id: types.RequestId, key: types.RequestId, params: dict[str, Any] | None) -> None:
+        version = self.version
+        assert version is not None
+        try:
+            try:
+                methods.validate_client_request(TOOLS_CALL, version, params)
+                result = await self.call_tool(params or {})
+                try:
+                    shaped = methods.serialize_server_result(TOOLS_CALL, version, result)
+                except ValidationError:
+                    logger.exception("the answer to tools/call is not a valid CallToolResult")
+                    raise MCPError(types.INTERNAL_ERROR, "Handler returned an invalid result") from None
+                line = _dumps({"jsonrpc": "2.0", "id": request_id, "result": shaped})
+            except asyncio.CancelledError:
+                if key in self._cancelled:
+                    return  # the client cancelled it: no answer (JSON-RPC, and the SDK's rule)
+                self._send_error(request_id, types.ErrorData(code=types.CONNECTION_CLOSED, message="Connection closed"))
+                raise
+            except Exception as error:
+                if key in self._cancelled:
+                    return
+                data = handler_exception_to_error_data(error)
+                if data is None:
+                    logger.exception("tools/call failed")
+                    data = types.ErrorData(code=0, message=str(error))  # the SDK dispatcher's answer
+                self._send_error(request_id, data)
+                return
+            if key not in self._cancelled:
+                self._send(line)
+                with contextlib.suppress(ConnectionError):
+                    await self.writer.drain()
+        finally:
+            if self._calls.get(key) is asyncio.current_task():
+                del self._calls[key]
+            self._cancelled.discard(key)
+
+    # --- to the client --------------------------------------------------------------------
+
+    def _send(self, line: str) -> None:
+        """One message, one write: the line and its newline together."""
+        if not self.writer.is_closing():
+            self.writer.write((line + "\n").encode("utf-8"))
+
+    def _send_error(self, request_id: types.RequestId, error: types.ErrorData) -> None:
+        message = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        self._send(message.model_dump_json(by_alias=True, exclude_unset=True))
+
+    async def _write_server(self, from_server: ContextReceiveStream[SessionMessage]) -> None:
+        try:
+            async with from_server:
+                async for session_message in from_server:
+                    message = session_message.message
+                    if self.version is None and isinstance(message, types.JSONRPCResponse):
+                        self._note_handshake(message)
+                    self._send(message.model_dump_json(by_alias=True, exclude_unset=True))
+                    await self.writer.drain()
+        except (anyio.ClosedResourceError, ConnectionError):
+            pass
+
+    def _note_handshake(self, response: types.JSONRPCResponse) -> None:
+        key = coerce_request_id(response.id)
+        if key not in self._initialize_ids:
+            return
+        self._initialize_ids.discard(key)
+        version = response.result.get("protocolVersion")
+        if version in KNOWN_PROTOCOL_VERSIONS and version not in MODERN_PROTOCOL_VERSIONS:
+            self.version = version
 
 
 @contextlib.asynccontextmanager
-async def pipe_stdio() -> AsyncIterator[tuple[PipeLines, PipeWriter] | tuple[None, None]]:
-    """(stdin, stdout) for `stdio_server(stdin, stdout)`, or (None, None) when either is not a
-    pipe or a socket (then `stdio_server` uses its threads)."""
+async def client_channel(call_tool: CallTool) -> AsyncIterator[ClientChannel | None]:
+    """The channel on the proxy's own stdin and stdout, or None when either is not a pipe or a
+    socket (then `stdio_server` serves, with its threads)."""
     if not (_is_pipe(0) and _is_pipe(1)):
-        yield None, None
+        yield None
         return
     loop = asyncio.get_running_loop()
     wire_in, wire_out = os.dup(0), os.dup(1)
@@ -95,7 +278,7 @@ async def pipe_stdio() -> AsyncIterator[tuple[PipeLines, PipeWriter] | tuple[Non
     )
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
     try:
-        yield PipeLines(reader), PipeWriter(writer)
+        yield ClientChannel(PipeLines(reader), writer, call_tool)
     finally:
         read_transport.close()
         write_transport.close()
