@@ -113,6 +113,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # The agent API's hot statements (envelopes/hot_sql.py) are prepared by psycopg the third
+    # time a connection runs them, so PostgreSQL stops parsing and planning them on every call;
+    # Django's ORM binds values on the client and is never prepared. Soon rather than psycopg's
+    # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`)
+    # for a connection pooler that cannot keep prepared statements (PgBouncer in transaction
+    # mode before 1.21, or without max_prepared_statements).
+    if env.bool("HOLDPOINT_DB_PREPARED_STATEMENTS", default=True):
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 2)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _cache_url = env.str("CACHE_URL", default="")

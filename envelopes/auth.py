@@ -13,6 +13,7 @@ from rest_framework.settings import api_settings
 
 from limits.throttle import window_hit
 
+from . import hot_sql
 from .models import ApiKey, Team
 
 
@@ -55,9 +56,7 @@ def active_key(key_hash: str) -> ApiKey | None:
     """The active (unrevoked) key of that hash, with its team: one indexed read (key_hash is
     unique), the same rows `ApiKey.objects.active().select_related("team")` would give."""
     sql, key_fields, team_fields = _key_sql()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [key_hash])
-        row = cursor.fetchone()
+    row = hot_sql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
     if row is None:
         return None
     key = ApiKey.from_db(connection.alias, key_fields, row[: len(key_fields)])

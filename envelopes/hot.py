@@ -93,16 +93,20 @@ def _context_sql(ingest: bool) -> str:
     step_fk = relation.field.column  # type: ignore[union-attr]
     q = hot_sql.quote
     step_id = f"s.{q('id')}"
+    # The tool's own code or a team-wide one: two lookups, each on its partial unique index.
+    codes = hot_sql.table(ErrorCode)
     documented = (
-        f"EXISTS (SELECT 1 FROM {hot_sql.table(ErrorCode)} c WHERE c.{q('team_id')} = %(team)s "  # noqa: S608
-        f"AND c.{q('code')} = %(code)s AND (c.{q('tool_id')} = t.{q('id')} OR c.{q('tool_id')} IS NULL))"
+        f"(EXISTS (SELECT 1 FROM {codes} c WHERE c.{q('tool_id')} = t.{q('id')} AND c.{q('code')} = %(code)s "  # noqa: S608
+        f"AND c.{q('team_id')} = %(team)s) "
+        f"OR EXISTS (SELECT 1 FROM {codes} c WHERE c.{q('team_id')} = %(team)s AND c.{q('code')} = %(code)s "
+        f"AND c.{q('tool_id')} IS NULL))"
         if ingest
         else "true"
     )
-    envelope_id = "nextval(pg_get_serial_sequence(%(envelope_table)s, 'id'))" if ingest else "NULL::bigint"
+    envelope_id = f"nextval({hot_sql.sequence(Envelope)})" if ingest else "NULL::bigint"
     return (
         f"SELECT {hot_sql.select_list(Tool, 't')}, {documented}, "  # noqa: S608 (names only)
-        f"CASE WHEN {step_id} IS NULL THEN nextval(pg_get_serial_sequence(%(step_table)s, 'id')) END, "
+        f"CASE WHEN {step_id} IS NULL THEN nextval({hot_sql.sequence(Step)}) END, "
         f"{envelope_id}, "
         f"{step_id} IS NOT NULL AND EXISTS (SELECT 1 FROM {hot_sql.table(decisions)} d "  # type: ignore[arg-type]
         f"WHERE d.{q(step_fk)} = {step_id}), "
@@ -125,19 +129,15 @@ def _context_sql(ingest: bool) -> str:
 def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None) -> _Context:
     """One read in the caller's transaction (see `_context_sql`); the step comes with its
     decisions' prefetch cache and its proposal remembered, so that its answer reads nothing."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _context_sql(code is not None),
-            {
-                "team": team.pk,
-                "tool": tool_name,
-                "ref": operation_ref,
-                "code": code,
-                "step_table": Step._meta.db_table,
-                "envelope_table": Envelope._meta.db_table,
-            },
-        )
-        row = cursor.fetchone()
+    row = hot_sql.fetchone_bound(
+        _context_sql(code is not None),
+        {
+            "team": team.pk,
+            "tool": tool_name,
+            "ref": operation_ref,
+            "code": code,
+        },
+    )
     if row is None:
         raise _NotHot("a tool the team does not have yet")
     at = len(hot_sql.column_fields(Tool))

@@ -9,7 +9,9 @@ what the ORM sends for `save()`. A new column on a model is picked up with its d
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -35,6 +37,19 @@ def column_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any], ..
 def select_list(model: type[models.Model], alias: str) -> str:
     """`alias."col", ...` in the order of `column_fields(model)`: rows for `from_row`."""
     return ", ".join(f"{alias}.{quote(field.column)}" for field in column_fields(model))
+
+
+@functools.cache
+def sequence(model: type[models.Model]) -> str:
+    """The SQL literal of the sequence that numbers `model`'s primary key (`'"public".
+    "envelopes_step_id_seq"'::regclass`), looked up once per process: `nextval` of it costs
+    PostgreSQL a lookup by name, where `pg_get_serial_sequence` at every call searched the
+    catalog's dependencies."""
+    assert model._meta.pk is not None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, %s)", [model._meta.db_table, model._meta.pk.column])
+        (name,) = cursor.fetchone()
+    return "'" + name.replace("'", "''") + "'::regclass"
 
 
 @functools.cache
@@ -113,27 +128,86 @@ def combined(statements: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any
     return f"WITH {parts} {last_sql}", [*params, *last_params]
 
 
-def execute_bound(sql: str, params: Sequence[Any]) -> None:
-    """Run one write (no rows back) with its values bound by the server, its `%s` placeholders
-    numbered once per statement shape. psycopg parses a statement's placeholders on every call
-    when it has more than 50 values or 4 KiB of text (it caches only smaller ones), and Django's
-    cursors then quote every value into the text: for the ~80 values of the ingest's write,
-    13 % of an ingest's app CPU under cProfile, 2 % with a raw cursor, which takes `$n` as they
-    are. It runs through Django's cursor wrapper all the same (its errors, execute wrappers,
-    query log and counts)."""
+def execute_bound(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:
+    """Run one write with its values bound by the server; its row count."""
+    with _bound_cursor(sql, params) as (cursor, text, values):
+        cursor.execute(text, values)
+        return int(cursor.rowcount)
+
+
+def fetchone_bound(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Run one read with its values bound by the server; its first row."""
+    with _bound_cursor(sql, params) as (cursor, text, values):
+        cursor.execute(text, values)
+        row = cursor.fetchone()
+        return None if row is None else tuple(row)
+
+
+@contextmanager
+def _bound_cursor(
+    sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> Iterator[tuple[Any, str, Sequence[Any] | Mapping[str, Any]]]:
+    """A cursor for one hot statement, with the text and values to give it.
+
+    On PostgreSQL: a raw psycopg cursor, the `%s` / `%(name)s` placeholders numbered `$1, $2...`
+    once per statement text, the values bound by the server. Two reasons, both measured (issue
+    14): Django's cursors quote every value into the text on the client, which for the ~80
+    values of the ingest's write was 13 % of an ingest's app CPU (psycopg re-parses a statement
+    with more than 50 values on every call); and only server-bound statements can be prepared.
+    With `prepare_threshold` set on the connection (config/settings.py), psycopg prepares a
+    statement the third time a connection runs it, and PostgreSQL then skips parsing and
+    planning it: for the hot path's context read, planning cost more than twice its execution
+    (pg_stat_statements: 0.74 ms against 0.35 ms a call). Django's ORM cursors bind on the
+    client and are never prepared, so nothing else changes.
+
+    It runs through Django's cursor wrapper all the same (its errors, execute wrappers, query
+    log and counts). On any other database: Django's own cursor, the text and values as given.
+    """
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor, sql, params
+        return
+    text, names = _numbered(sql)
+    if isinstance(params, Mapping):
+        values: Sequence[Any] = [params[name] for name in names]
+    else:
+        assert not any(names), "positional values for named placeholders"
+        values = params
     connection.ensure_connection()
     connection.validate_thread_sharing()
     raw = psycopg.RawCursor(connection.connection)
-    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    wrapper = _BoundDebugWrapper if connection.queries_logged else CursorWrapper
     with wrapper(raw, connection) as cursor:
-        cursor.execute(_numbered(sql), params)
+        yield cursor, text, values
+
+
+class _BoundDebugWrapper(CursorDebugWrapper):
+    """Logs the statement as sent, `$n` and all: a prepared statement's execution leaves no text
+    for Django's `last_executed_query` to read back (it logged None)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(sql, params):
+            return CursorWrapper.execute(self, sql, params)
+
+
+_PLACEHOLDER = re.compile(r"%(?:\((\w+)\))?s")
 
 
 @functools.lru_cache(maxsize=256)
-def _numbered(sql: str) -> str:
-    """`%s` placeholders as PostgreSQL's `$1, $2, ...` (the texts here hold no other `%`)."""
-    parts = sql.split("%s")
-    return "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], start=1)) + parts[-1]
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`%s` and `%(name)s` placeholders as PostgreSQL's `$1, $2, ...` (a name used twice is one
+    number), and the names in the order of their numbers ('' for `%s`). The texts here hold no
+    other `%`."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None or name not in names:
+            names.append(name or "")
+            return f"${len(names)}"
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(number, sql), tuple(names)
 
 
 def mark_saved(*instances: models.Model) -> None:

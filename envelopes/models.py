@@ -68,7 +68,10 @@ class ToolQuerySet(models.QuerySet["Tool"]):
 class Tool(models.Model):
     """A named tool an agent calls, with the recovery settings of contract §1."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools")
+    # No index of its own: tool_unique_name_per_team (team, name) serves every lookup by team, and
+    # with both, PostgreSQL's generic plan for the hot path's read of a tool by (team, name)
+    # took the lone one and filtered the team's tools by name (issue 14).
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="tools", db_index=False)
     name = models.CharField(max_length=100, validators=[RegexValidator(TOOL_NAME_RE)])
     side_effects = models.BooleanField(default=True)
     required_approvals = models.PositiveSmallIntegerField(

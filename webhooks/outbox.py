@@ -14,6 +14,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
+from envelopes import hot_sql
+
 from .models import OutboxMessage, WebhookEndpoint
 
 logger = logging.getLogger(__name__)
@@ -116,9 +118,7 @@ def _queue_in_one_statement(
     }
     for field in defaults:
         params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    return hot_sql.execute_bound(sql, params)  # a prepared statement (envelopes.hot_sql)
 
 
 # While this key exists a delivery task is queued and has not started yet: it will claim every
