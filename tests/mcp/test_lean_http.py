@@ -1,6 +1,8 @@
 """The proxy's HTTP client for Holdpoint (holdpoint_sdk.mcp_proxy.http) against real sockets: a
-small HTTP/1.1 server in the test (h11, asyncio) that can keep connections alive, close them,
-chunk its answers or never answer, and counts the connections it accepted."""
+small HTTP/1.1 server in the test (h11, an implementation of the protocol independent of the
+client's, on asyncio) that can keep connections alive, close them, chunk its answers or never
+answer, and counts the connections it accepted; and raw bytes for the framings h11 would not
+send."""
 
 from __future__ import annotations
 
@@ -279,3 +281,77 @@ def test_a_host_name_is_looked_up_once_while_its_address_answers(monkeypatch: py
     assert server.connections == 3
     assert opened == ["localhost", "127.0.0.1", "127.0.0.1"]
     assert server.requests[2].headers["host"] == f"localhost:{server.port}"
+
+
+@asynccontextmanager
+async def answering_raw(answers: list[bytes]) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server that reads one request per connection and writes the next canned bytes, then
+    closes; yields its port and the count of connections it accepted (as a one-item list)."""
+    accepted = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted[0] += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answers.pop(0))
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with listener:
+        yield listener.sockets[0].getsockname()[1], accepted
+
+
+def test_an_interim_answer_is_skipped_and_an_answer_framed_by_the_close_is_read_whole_and_not_reused() -> None:
+    body = json.dumps(GRANT).encode()
+    answers = [
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Type: application/json\r\n\r\n" + body,
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+    ]
+
+    async def scenario() -> tuple[list[httpx.Response], int]:
+        async with answering_raw(answers) as (port, accepted):
+            http = LeanHttp(f"http://127.0.0.1:{port}", headers={}, timeout=5)
+            got = [await http.request("GET", "/a"), await http.request("GET", "/b")]
+            await http.aclose()
+            return got, accepted[0]
+
+    (first, second), accepted = run(scenario())
+
+    assert (first.status_code, first.json(), first.headers["content-type"]) == (201, GRANT, "application/json")
+    assert (second.status_code, second.json()) == (200, {})
+    assert accepted == 2  # neither connection was kept: one ended the body, one was HTTP/1.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+        b"HTTP/1.1 20 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n folded: header\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+)
+def test_an_answer_outside_http_1_1_is_a_protocol_error(answer: bytes) -> None:
+    async def scenario() -> None:
+        async with answering_raw([answer]) as (port, _):
+            http = LeanHttp(f"http://127.0.0.1:{port}", headers={}, timeout=5)
+            try:
+                await http.request("GET", "/x")
+            finally:
+                await http.aclose()
+
+    with pytest.raises(httpx.RemoteProtocolError):
+        run(scenario())
+
+
+def test_a_line_break_in_a_header_is_refused_before_anything_is_sent() -> None:
+    async def scenario() -> int:
+        async with serving(Server(ok())) as server:
+            http = LeanHttp(f"http://127.0.0.1:{server.port}", headers={}, timeout=5)
+            with pytest.raises(httpx.LocalProtocolError):
+                await http.request("GET", "/x", headers={"Idempotency-Key": "k\r\nX-Admin: 1"})
+            await http.aclose()
+            return len(server.requests)
+
+    assert run(scenario()) == 0
