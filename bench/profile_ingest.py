@@ -135,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--dump", metavar="FILE", help="also write the cProfile stats to FILE (pstats format)")
     args = parser.parse_args()
     key = api_key()
     client = Client()
@@ -169,6 +170,8 @@ def main() -> None:
     for body in bodies:
         post(client, key, body)
     profiler.disable()
+    if args.dump:
+        profiler.dump_stats(args.dump)  # for pstats: .print_callees("event_plan") and so on
     for order in ("tottime", "cumulative"):
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order)

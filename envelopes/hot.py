@@ -42,7 +42,7 @@ from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Too
 from .presenters import decisions_prefetch, step_representation
 from .proposal import AcceptedInput, Proposal, proposal_from_rows, proposal_remember
 from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer, attempt_event, envelope_build, envelope_event
-from .transitions import AGENT, Applied, event_plan
+from .transitions import AGENT, Applied, event_plan, mark_without_decisions
 
 
 class _NotHot(Exception):
@@ -63,14 +63,6 @@ def envelope_ingest(*, team: Team, payload: Any, dialect: str, now: datetime | N
             return _ingest(team, payload, tool_name, operation_ref, code or "", now or timezone.now())
     except (_NotHot, IntegrityError):  # IntegrityError: another request created the step first
         return None
-
-
-@functools.cache
-def _no_decisions() -> Any:
-    """An empty queryset of decisions, built once, known empty (iterating it compiles nothing)."""
-    none = Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
-    none._result_cache = []
-    return none
 
 
 @dataclass
@@ -158,7 +150,7 @@ def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None
         if has_decisions:
             prefetch_related_objects([step], decisions_prefetch())
         else:  # no decisions to read: the answer need not ask
-            step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[union-attr]
+            mark_without_decisions(step)
         # proposal.proposal_of, from the rows read above (one rule: proposal.proposal_from_rows).
         attempt = hot_sql.from_row(Attempt, attempt_row) if attempt_row[0] is not None else None
         refused = hot_sql.from_row(ProposedInput, refused_row) if refused_row[0] is not None else None

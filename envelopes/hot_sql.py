@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 
@@ -62,13 +62,21 @@ def _converters(model: type[models.Model]) -> tuple[tuple[int, Any, Any], ...]:
     )
 
 
+def _db() -> Any:
+    """The default connection itself. `django.db.connection` is a proxy that looks the connection
+    up (an asgiref Local) on every attribute read: the ~80 field values of an ingest's write read
+    it several times each, which was a sixth of the hot path's CPU under cProfile."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 def from_row(model: type[models.Model], row: Sequence[Any]) -> Any:
     """A model instance from the columns `select_list` names, as the ORM would build it."""
+    db = _db()
     fields = column_fields(model)
     values = list(row[: len(fields)])
     for index, converter, field in _converters(model):
-        values[index] = converter(values[index], field.get_col(field.model._meta.db_table), connection)
-    return model.from_db(connection.alias, [field.attname for field in fields], values)
+        values[index] = converter(values[index], field.get_col(field.model._meta.db_table), db)
+    return model.from_db(db.alias, [field.attname for field in fields], values)
 
 
 @functools.cache
@@ -97,7 +105,8 @@ def _update_text(model: type[models.Model]) -> str:
 
 
 def _prepared(instance: models.Model, fields: Sequence[models.Field[Any, Any]]) -> list[Any]:
-    return [field.get_db_prep_save(getattr(instance, field.attname), connection=connection) for field in fields]
+    db = _db()
+    return [field.get_db_prep_save(getattr(instance, field.attname), connection=db) for field in fields]
 
 
 def insert(instance: models.Model) -> tuple[str, list[Any]]:
@@ -163,8 +172,9 @@ def _bound_cursor(
     It runs through Django's cursor wrapper all the same (its errors, execute wrappers, query
     log and counts). On any other database: Django's own cursor, the text and values as given.
     """
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
+    db = _db()
+    if db.vendor != "postgresql":
+        with db.cursor() as cursor:
             yield cursor, sql, params
         return
     text, names = _numbered(sql)
@@ -173,11 +183,11 @@ def _bound_cursor(
     else:
         assert not any(names), "positional values for named placeholders"
         values = params
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    raw = psycopg.RawCursor(connection.connection)
-    wrapper = _BoundDebugWrapper if connection.queries_logged else CursorWrapper
-    with wrapper(raw, connection) as cursor:
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = psycopg.RawCursor(db.connection)
+    wrapper = _BoundDebugWrapper if db.queries_logged else CursorWrapper
+    with wrapper(raw, db) as cursor:
         yield cursor, text, values
 
 
@@ -214,4 +224,4 @@ def mark_saved(*instances: models.Model) -> None:
     """The instances are rows now (as after `save()`)."""
     for instance in instances:
         instance._state.adding = False
-        instance._state.db = connection.alias
+        instance._state.db = DEFAULT_DB_ALIAS

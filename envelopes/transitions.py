@@ -9,6 +9,7 @@ in the caller's transaction.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -84,9 +85,23 @@ def lock_step(team: Team, operation_ref: str, *, joined: bool = True) -> Step | 
 
 def mark_new(step: Step) -> None:
     """A step created in this transaction has no decisions: its answer need not ask."""
-    none = step.decisions.none()  # type: ignore[attr-defined]
-    none._result_cache = []  # known empty: iterating it compiles no query either
-    step._prefetched_objects_cache = {"decisions": none}  # type: ignore[attr-defined]
+    mark_without_decisions(step)
+
+
+def mark_without_decisions(step: Step) -> None:
+    """The step has no decisions (new, or read with a check that it has none): what reads its
+    decisions gets an empty list without a query."""
+    step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _no_decisions() -> Any:
+    """An empty queryset of decisions, built once, known empty (iterating it compiles nothing).
+    Built per step it cost a filtered queryset each time (`step.decisions.none()`), ~5 % of an
+    ingest's CPU (issue 14's profile)."""
+    none = Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
+    none._result_cache = []
+    return none
 
 
 def code_is_documented(*, tool: Tool, code: str) -> bool:
