@@ -2,6 +2,7 @@
 MCP server and through the proxy, against a running Holdpoint, and where the difference goes.
 
     .venv/bin/python bench/mcp_proxy_latency.py --base-url http://127.0.0.1:8000 --api-key hp_... [-n 300]
+    .venv/bin/python bench/mcp_proxy_latency.py --stub-only [-n 300]     # no Holdpoint needed
 
 Every call has a fresh input, so every guarded call is a new step that commits (attempt gate,
 upstream call, envelope). The series, interleaved call by call so that the machine's load
@@ -13,10 +14,13 @@ swings hit them alike:
 - stub:        the same two requests to a stub Holdpoint (this file, --serve-stub: h11 on asyncio,
                kept-alive, canned answers): what the client side of a request costs;
 - proxied-stub: the proxy against the stub: what the proxy costs when Holdpoint costs nothing.
+With --stub-only, the series that need a real Holdpoint (proxied, holdpoint) are left out.
+Each series' upstream keeps its own state file (tests/mcp/upstream_server.py rewrites it on
+every call, so one shared file would make every series slower as the run goes on).
 
 Then: "added" = proxied - direct at p50; "proxy own" = added - holdpoint (the proxy beyond the
-two round trips the contract asks of every guarded write) and proxied-stub - direct (the same,
-measured without Holdpoint's server time). CPU per call is read from /proc for this process
+two round trips the contract asks of every guarded write) and proxied-stub - direct - stub (the
+same, measured without Holdpoint's server time). CPU per call is read from /proc for this process
 (the client, and the holdpoint/stub series) and for each proxy process. On a loaded machine
 wall times stretch roughly with the load average (printed); CPU per call does much less.
 """
@@ -211,39 +215,42 @@ async def run(args: argparse.Namespace) -> None:
     from mcp import StdioServerParameters
 
     tag = uuid.uuid4().hex[:8]
-    state = Path(tempfile.mkdtemp()) / "upstream.json"
+    states = Path(tempfile.mkdtemp())
     env = {
         **os.environ,
-        "UPSTREAM_STATE": str(state),
-        "HOLDPOINT_API_KEY": args.api_key,
+        "HOLDPOINT_API_KEY": args.api_key or "hp_stub",
         "PYTHONPATH": str(ROOT),
         "HOLDPOINT_MCP_TIMINGS": "1",  # one line per call: gate, upstream, envelope, proxy's own ms
     }
     logs = {name: Path(tempfile.mkdtemp()) / f"{name}.log" for name in ("proxied", "proxied-stub")}
 
+    def upstream_env(series: str) -> dict[str, str]:
+        return {**env, "UPSTREAM_STATE": str(states / f"{series}.json")}
+
     def proxy(url: str, marker: str) -> Any:
         command = ["-m", "holdpoint_sdk.mcp_proxy", "--url", url, "--run-id", f"bench-{tag}-{marker}"]
         command += ["--send-input", args.send_input, "--", sys.executable, str(UPSTREAM)]
-        return StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(ROOT))
+        return StdioServerParameters(command=sys.executable, args=command, env=upstream_env(marker), cwd=str(ROOT))
 
     stub_port = args.stub_port
     stub = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(stub_port)])
     stub_url = f"http://127.0.0.1:{stub_port}"
     try:
         await asyncio.sleep(1.0)
-        direct = StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=env, cwd=str(ROOT))
+        direct = StdioServerParameters(
+            command=sys.executable, args=[str(UPSTREAM)], env=upstream_env("direct"), cwd=str(ROOT)
+        )
         async with AsyncExitStack() as stack:
-            calls = {
-                "direct": await session_call(stack, direct, f"d{tag}"),
-                "proxied": await session_call(
+            calls = {"direct": await session_call(stack, direct, f"d{tag}")}
+            if not args.stub_only:
+                calls["proxied"] = await session_call(
                     stack, proxy(args.base_url, "real"), f"p{tag}", stack.enter_context(logs["proxied"].open("w"))
-                ),
-                "holdpoint": await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}"),
-                "stub": await holdpoint_call(stack, stub_url, "hp_stub", f"s{tag}"),
-                "proxied-stub": await session_call(
-                    stack, proxy(stub_url, "stub"), f"q{tag}", stack.enter_context(logs["proxied-stub"].open("w"))
-                ),
-            }
+                )
+                calls["holdpoint"] = await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}")
+            calls["stub"] = await holdpoint_call(stack, stub_url, "hp_stub", f"s{tag}")
+            calls["proxied-stub"] = await session_call(
+                stack, proxy(stub_url, "stub"), f"q{tag}", stack.enter_context(logs["proxied-stub"].open("w"))
+            )
             proxies = {"proxied": pids_with(f"bench-{tag}-real"), "proxied-stub": pids_with(f"bench-{tag}-stub")}
             server_match = args.server_match or urlsplit(args.base_url).netloc
             server = pids_with(server_match) + (pids_with(args.db_match) if args.db_match else [])
@@ -269,24 +276,30 @@ async def run(args: argparse.Namespace) -> None:
         stub.terminate()
         stub.wait(timeout=10)
     print(f"load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({os.cpu_count()} cores)")
-    print(f"Holdpoint at {args.base_url}; the stub at {stub_url}; cpu/call: the proxy process, or this one")
+    where = "" if args.stub_only else f"Holdpoint at {args.base_url}; "
+    print(f"{where}the stub at {stub_url}; cpu/call: the proxy process, or this one")
     for name, samples in results.items():
         print(summary(name, samples, cpu[name] / len(samples) if name != "direct" else None))
-    print(
-        f"Holdpoint's CPU for the two requests (processes matching {server_match!r}"
-        + (f" and {args.db_match!r}" if args.db_match else "")
-        + f", {len(server)} found): {server_cpu / len(results['holdpoint']):.2f} ms per call"
-    )
+    if not args.stub_only:
+        print(
+            f"Holdpoint's CPU for the two requests (processes matching {server_match!r}"
+            + (f" and {args.db_match!r}" if args.db_match else "")
+            + f", {len(server)} found): {server_cpu / len(results['holdpoint']):.2f} ms per call"
+        )
     for name, log in logs.items():
-        print(f"inside the proxy, {name} (its own clock; p50 / p95 ms):  " + breakdown(log, args.warmup))
+        if name in results:
+            print(f"inside the proxy, {name} (its own clock; p50 / p95 ms):  " + breakdown(log, args.warmup))
     p50 = {name: percentile(samples, 0.5) for name, samples in results.items()}
-    added = p50["proxied"] - p50["direct"]
-    print(f"added by the proxy at p50: {added:.2f} ms (Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")
-    print(f"proxy own at p50 (proxied - direct - holdpoint): {added - p50['holdpoint']:.2f} ms")
+    if not args.stub_only:
+        added = p50["proxied"] - p50["direct"]
+        print(f"added by the proxy at p50: {added:.2f} ms (Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")
+        print(f"proxy own at p50 (proxied - direct - holdpoint): {added - p50['holdpoint']:.2f} ms")
+    stub_added = p50["proxied-stub"] - p50["direct"]
     print(
-        f"proxy own at p50 against the stub (proxied-stub - direct): {p50['proxied-stub'] - p50['direct']:.2f} ms"
+        f"added against the stub at p50 (proxied-stub - direct): {stub_added:.2f} ms"
         f" (of which the two stub requests: {p50['stub']:.2f} ms)"
     )
+    print(f"proxy own at p50 against the stub (proxied-stub - direct - stub): {stub_added - p50['stub']:.2f} ms")
 
 
 if __name__ == "__main__":
@@ -299,11 +312,12 @@ if __name__ == "__main__":
     parser.add_argument("--stub-port", type=int, default=8799, help="where the stub Holdpoint listens")
     parser.add_argument("--server-match", help="pgrep -f pattern of Holdpoint's processes (default: host:port)")
     parser.add_argument("--db-match", help="pgrep -f pattern of its database backends, e.g. the database name")
+    parser.add_argument("--stub-only", action="store_true", help="only the series that need no Holdpoint")
     parser.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.serve_stub:
         serve_stub(arguments.serve_stub)
         sys.exit(0)
-    if not arguments.api_key:
+    if not arguments.api_key and not arguments.stub_only:
         parser.error("an API key is needed (--api-key or HOLDPOINT_API_KEY)")
     asyncio.run(run(arguments))
