@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import io
 import json
 import os
@@ -72,6 +73,21 @@ def post(client: Client, key: str, body: dict[str, Any] | None = None) -> Any:
     response = client.post(
         "/api/v1/envelopes",
         data=json.dumps(body or envelope()),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+    assert response.status_code == 201, (response.status_code, response.content[:500])
+    return response
+
+
+def post_gate(client: Client, key: str, body: dict[str, Any] | None = None) -> Any:
+    """The attempt gate for a new step's first attempt (granted), as bench/run's `attempt`."""
+    ref = f"bench/profile/gate/{uuid.uuid4().hex}"
+    response = client.post(
+        f"/api/v1/steps/{ref.replace('/', '%2F')}/attempts",
+        data=json.dumps(
+            body or {"tool": ENVELOPE["tool"], "input_fingerprint": hashlib.sha256(ref.encode()).hexdigest()}
+        ),
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {key}",
     )
@@ -135,28 +151,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--gate", action="store_true", help="profile the attempt gate (a grant) instead of the ingest")
     parser.add_argument("--dump", metavar="FILE", help="also write the cProfile stats to FILE (pstats format)")
     args = parser.parse_args()
     key = api_key()
     client = Client()
+    call, what = (post_gate, "grant") if args.gate else (post, "ingest")
     for _ in range(100):  # warm caches, connections, imports
-        post(client, key)
+        call(client, key)
 
     with CaptureQueriesContext(connection) as queries:
-        post(client, key)
-    print(f"SQL of one ingest: {len(queries.captured_queries)} queries")
+        call(client, key)
+    print(f"SQL of one {what}: {len(queries.captured_queries)} queries")
     for number, query in enumerate(queries.captured_queries, 1):
         sql = " ".join(query["sql"].split())
         print(f"  {number:>2}. {query['time']:>6}s  {sql[:150]}{'...' if len(sql) > 150 else ''}")
 
-    bodies = [envelope() for _ in range(args.requests)]
+    bodies = [None if args.gate else envelope() for _ in range(args.requests)]
     start, cpu_start = time.perf_counter(), time.process_time()
     for body in bodies:
-        post(client, key, body)
+        call(client, key, body)
     wall = (time.perf_counter() - start) / args.requests
     cpu = (time.process_time() - cpu_start) / args.requests
     print(
-        f"\none ingest through the test client: {1000 * wall:.2f} ms wall, {1000 * cpu:.2f} ms CPU of this"
+        f"\none {what} through the test client: {1000 * wall:.2f} ms wall, {1000 * cpu:.2f} ms CPU of this"
         f" process (mean of {args.requests}, one thread; PostgreSQL's CPU not included)"
     )
     print("its parts, timed alone:")
@@ -165,10 +183,10 @@ def main() -> None:
 
     # Timed by CPU, not wall clock: on a busy machine, waits and preemption would swamp it.
     profiler = cProfile.Profile(time.process_time)
-    bodies = [envelope() for _ in range(args.requests)]
+    bodies = [None if args.gate else envelope() for _ in range(args.requests)]
     profiler.enable()
     for body in bodies:
-        post(client, key, body)
+        call(client, key, body)
     profiler.disable()
     if args.dump:
         profiler.dump_stats(args.dump)  # for pstats: .print_callees("event_plan") and so on
@@ -177,7 +195,7 @@ def main() -> None:
         stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order)
         stats.print_stats(args.top)
         text = out.getvalue()
-        print(f"\ncProfile (CPU time of this process) of {args.requests} ingests, by {order}:")
+        print(f"\ncProfile (CPU time of this process) of {args.requests} {what}s, by {order}:")
         print(text[text.index("   ncalls") :].rstrip())
 
 
