@@ -97,17 +97,19 @@ class Tools:
 
 
 @asynccontextmanager
-async def proxy_stdio(tools: Tools) -> AsyncIterator[Client]:
-    """A ClientChannel in front of an SDK server whose tools/call handler is `tools.sdk`."""
+async def proxy_stdio(tools: Tools, *, offers_tools: bool = True) -> AsyncIterator[Client]:
+    """A ClientChannel in front of an SDK server whose tools/call handler is `tools.sdk` (or,
+    without `offers_tools`, a server with no tools at all, as the proxy is for such an upstream)."""
     client_in, proxy_out = await _pipe()
     proxy_in, client_out = await _pipe()
-    channel = ClientChannel(PipeLines(proxy_in), proxy_out, tools.lane)
+    channel = ClientChannel(PipeLines(proxy_in), proxy_out, tools.lane if offers_tools else None)
     server: Server[Any] = Server("lanes")
-    server.add_request_handler("tools/call", types.CallToolRequestParams, tools.sdk)
+    if offers_tools:
+        server.add_request_handler("tools/call", types.CallToolRequestParams, tools.sdk)
     options = InitializationOptions(
         server_name="lanes",
         server_version="0",
-        capabilities=types.ServerCapabilities(tools=types.ToolsCapability()),
+        capabilities=types.ServerCapabilities(tools=types.ToolsCapability() if offers_tools else None),
     )
     async with anyio.create_task_group() as tg, channel.streams() as (read, write):
         tg.start_soon(server.run, read, write, options)
@@ -135,6 +137,21 @@ def test_before_the_handshake_a_tools_call_is_the_sdks_to_answer_and_after_it_th
         "result": {"content": [{"type": "text", "text": "create_invoice"}], "isError": False},
     }
     assert asked == [("lane", "create_invoice")]
+
+
+def test_a_server_without_tools_answers_tools_call_method_not_found_as_the_sdk_does() -> None:
+    async def scenario() -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        tools = Tools()
+        async with proxy_stdio(tools, offers_tools=False) as client:
+            await client.handshake()
+            client.call(1, {"name": "create_invoice", "arguments": {}})
+            answer = await client.receive()
+        return answer, tools.asked
+
+    answer, asked = asyncio.run(scenario())
+
+    assert answer["error"]["code"] == types.METHOD_NOT_FOUND
+    assert asked == []
 
 
 def test_the_lane_answers_errors_as_the_sdk_server_does() -> None:

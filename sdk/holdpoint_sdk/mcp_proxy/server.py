@@ -124,7 +124,7 @@ async def serve(config: ProxyConfig) -> None:
         logger.info(
             "holdpoint-mcp: guarding %s for run %s via %s", initialized.server_info.name, config.run_id, config.url
         )
-        async with client_channel(proxy.call_tool) as channel:
+        async with client_channel(proxy.call_tool if initialized.capabilities.tools is not None else None) as channel:
             if channel is None:
                 async with stdio_server() as (read, write):
                     await server.run(read, write, options)

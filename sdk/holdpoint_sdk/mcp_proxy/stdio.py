@@ -104,10 +104,10 @@ class ClientChannel:
     """The MCP client's side of the proxy: `tools/call` answered on the lane, the rest relayed
     to and from the SDK's server through `streams()`."""
 
-    def __init__(self, lines: PipeLines, writer: asyncio.StreamWriter, call_tool: CallTool) -> None:
+    def __init__(self, lines: PipeLines, writer: asyncio.StreamWriter, call_tool: CallTool | None) -> None:
         self.lines = lines
         self.writer = writer
-        self.call_tool = call_tool
+        self.call_tool = call_tool  # None: the server offers no tools, the SDK says so
         # The handshake-era protocol version the SDK's server agreed with the client: the lane
         # is open once it is known.
         self.version: str | None = None
@@ -166,7 +166,7 @@ class ClientChannel:
         params = message.get("params")
         if params is not None and not isinstance(params, dict):
             return False
-        if method == TOOLS_CALL:
+        if method == TOOLS_CALL and self.call_tool is not None:
             request_id = as_request_id(message.get("id"))
             meta = (params or {}).get("_meta")
             if request_id is None or (isinstance(meta, Mapping) and types.PROTOCOL_VERSION_META_KEY in meta):
@@ -188,12 +188,12 @@ class ClientChannel:
         return False
 
     async def _answer(self, request_id: types.RequestId, key: types.RequestId, params: dict[str, Any] | None) -> None:
-        version = self.version
-        assert version is not None
+        version, call_tool = self.version, self.call_tool
+        assert version is not None and call_tool is not None
         try:
             try:
                 methods.validate_client_request(TOOLS_CALL, version, params)
-                result = await self.call_tool(params or {})
+                result = await call_tool(params or {})
                 try:
                     shaped = methods.serialize_server_result(TOOLS_CALL, version, result)
                 except ValidationError:
@@ -257,9 +257,10 @@ class ClientChannel:
 
 
 @contextlib.asynccontextmanager
-async def client_channel(call_tool: CallTool) -> AsyncIterator[ClientChannel | None]:
+async def client_channel(call_tool: CallTool | None) -> AsyncIterator[ClientChannel | None]:
     """The channel on the proxy's own stdin and stdout, or None when either is not a pipe or a
-    socket (then `stdio_server` serves, with its threads)."""
+    socket (then `stdio_server` serves, with its threads). `call_tool` answers the lane's
+    tools/call; None when the server has no tools (the SDK's server answers that it has not)."""
     if not (_is_pipe(0) and _is_pipe(1)):
         yield None
         return

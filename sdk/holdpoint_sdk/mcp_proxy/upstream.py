@@ -95,6 +95,10 @@ class StdioUpstream:
         try:
             self._write(_dumps(message))
             try:
+                await self.stdin.drain()  # at once, unless the server has stopped reading its stdin
+            except ConnectionError:
+                raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+            try:
                 return await asyncio.wait_for(answer, timeout)
             except TimeoutError:
                 self._cancel_upstream(request_id, f"timed out after {timeout}s")
