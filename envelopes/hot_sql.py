@@ -12,6 +12,7 @@ import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -105,8 +106,58 @@ def _update_text(model: type[models.Model]) -> str:
 
 
 def _prepared(instance: models.Model, fields: Sequence[models.Field[Any, Any]]) -> list[Any]:
+    """Each field's value as `save()` would send it: `get_db_prep_save`, except for the plain
+    values (`_AS_IS`) that it hands to the driver unchanged, which skip its three calls per
+    value (~6 % of an ingest's app CPU for the ~80 values of its write)."""
     db = _db()
-    return [field.get_db_prep_save(getattr(instance, field.attname), connection=db) for field in fields]
+    values = []
+    for field in fields:
+        value = getattr(instance, field.attname)
+        if _passes_as_is(value, _as_is(field)):
+            values.append(value)
+        else:
+            values.append(field.get_db_prep_save(value, connection=db))
+    return values
+
+
+def _passes_as_is(value: Any, kinds: tuple[type, ...]) -> bool:
+    if not kinds:
+        return False
+    if value is None:
+        return True
+    return type(value) in kinds and (type(value) is not datetime or value.tzinfo is not None)
+
+
+_PLAIN_FIELDS: dict[type[models.Field[Any, Any]], tuple[type, ...]] = {
+    models.CharField: (str,),
+    models.TextField: (str,),
+    models.BooleanField: (bool,),
+    models.DateTimeField: (datetime,),  # aware only: Django makes a naive one aware, with a warning
+    **dict.fromkeys(
+        (
+            models.AutoField,
+            models.BigAutoField,
+            models.IntegerField,
+            models.BigIntegerField,
+            models.SmallIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveSmallIntegerField,
+            models.PositiveBigIntegerField,
+        ),
+        (int,),
+    ),
+}
+
+
+@functools.cache
+def _as_is(field: models.Field[Any, Any]) -> tuple[type, ...]:
+    """The value types (exactly these, and None) that `field.get_db_prep_save` returns unchanged
+    on PostgreSQL, for the field classes whose preparation is known to be the identity on them
+    (not their subclasses, which may prepare otherwise); () for any other field. A foreign key
+    prepares as its target."""
+    if isinstance(field, models.ForeignKey):
+        return _as_is(field.target_field)
+    return _PLAIN_FIELDS.get(type(field), ())
 
 
 def insert(instance: models.Model) -> tuple[str, list[Any]]:

@@ -61,3 +61,26 @@ def test_placeholders_are_numbered_once_per_name() -> None:
     assert (text, names) == ("SELECT $1, $2 WHERE x = $1", ("a", "b"))
     text, names = hot_sql._numbered("INSERT INTO t (x, y) VALUES (%s, %s)")
     assert (text, names) == ("INSERT INTO t (x, y) VALUES ($1, $2)", ("", ""))
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the hot path's writes are PostgreSQL's")
+def test_the_values_of_a_write_are_those_save_sends(agent: AgentClient, team: Team) -> None:
+    """hot_sql hands plain values to the driver unchanged (no get_db_prep_save): for every
+    column of the rows an ingest and a grant write, what it sends is what the field would."""
+    from envelopes.events import DomainEvent
+    from envelopes.models import Attempt, AuditEvent, Envelope, Step
+
+    agent.envelope(error_envelope(operation_ref="values-1"))
+    agent.attempt("values-2", tool="send_email", fingerprint=fingerprint("values-2"), input={"to": "x"})
+    db = connection
+    for model in (Step, AuditEvent, Envelope, DomainEvent, Attempt, Team):
+        for instance in model.objects.all():
+            fields = hot_sql.column_fields(model)
+            sent = hot_sql._prepared(instance, fields)
+            expected = [field.get_db_prep_save(getattr(instance, field.attname), connection=db) for field in fields]
+            assert [_comparable(value) for value in sent] == [_comparable(value) for value in expected], model
+
+
+def _comparable(value: object) -> object:
+    """A psycopg Json/Jsonb wrapper compares by what it wraps."""
+    return (type(value).__name__, value.obj) if hasattr(value, "obj") else value
