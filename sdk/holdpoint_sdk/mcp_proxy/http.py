@@ -300,10 +300,11 @@ class LeanHttp:
         sent = dict((name.lower(), value) for name, value in all_headers)
         repeatable = method in ("GET", "HEAD") or "idempotency-key" in sent
         try:
-            return await asyncio.wait_for(
-                self._send_once(method, self._target(url, params), all_headers, body, repeatable=repeatable),
-                self.timeout,
-            )
+            # A deadline on the caller's task rather than wait_for's task per request: one task
+            # start and one wake-up less on every request.
+            target = self._target(url, params)
+            async with asyncio.timeout(self.timeout):
+                return await self._send_once(method, target, all_headers, body, repeatable=repeatable)
         except TimeoutError as error:
             raise httpx.ReadTimeout(f"no answer from {self.origin} within {self.timeout:g}s") from error
 
