@@ -1,0 +1,66 @@
+"""Issue 14: what an Idempotency-Key costs an agent's call (the SDK's guard and holdpoint-mcp send
+one on every gate and envelope): its claim is one statement that does not wait for the disk,
+and the work's transaction, which stores the answer, still does.
+
+Real transactions (`transaction=True`): the claim is its own transaction only outside one."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from envelopes.models import IdempotencyRecord, Team
+from tests.conftest import AgentClient, error_envelope, fingerprint
+from webhooks.services import endpoint_create
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="the hot path runs on PostgreSQL only"),
+]
+
+# The key, the claim, BEGIN, the claim's hold, SAVEPOINT and RELEASE around the hot path, its
+# read, its write, the outbox, the stored answer, COMMIT.
+IDEMPOTENT_MAX = 11
+
+
+@pytest.fixture
+def endpoint(team: Team, settings):  # type: ignore[no-untyped-def]
+    settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
+    return endpoint_create(team=team, url="http://127.0.0.1:9/hook").endpoint
+
+
+def test_an_ingest_with_a_key_is_at_most_11_statements_and_replays(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+    agent.envelope(error_envelope(operation_ref="warm-up"), HTTP_IDEMPOTENCY_KEY="k0")
+
+    with CaptureQueriesContext(connection) as captured:
+        first = agent.envelope(error_envelope(operation_ref="new-1"), HTTP_IDEMPOTENCY_KEY="k1")
+    assert first.status_code == 201, first.content
+    assert len(captured.captured_queries) <= IDEMPOTENT_MAX, [q["sql"][:80] for q in captured.captured_queries]
+    claims = [q["sql"] for q in captured.captured_queries if "ON CONFLICT DO NOTHING" in q["sql"]]
+    assert len(claims) == 1 and "set_config('synchronous_commit', 'off', true)" in claims[0]
+
+    again = agent.envelope(error_envelope(operation_ref="new-1"), HTTP_IDEMPOTENCY_KEY="k1")
+    assert (again.status_code, again.json(), again["Idempotent-Replayed"]) == (201, first.json(), "true")
+    record = IdempotencyRecord.objects.get(key="k1")
+    assert (record.status, record.response) == (201, first.json())
+
+
+def test_a_grant_with_a_key_is_at_most_11_statements(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+    agent.attempt("warm-up", tool="send_email", fingerprint=fingerprint("w"), headers={"HTTP_IDEMPOTENCY_KEY": "g0"})
+
+    with CaptureQueriesContext(connection) as captured:
+        granted = agent.attempt(
+            "gate-1", tool="send_email", fingerprint=fingerprint("g"), headers={"HTTP_IDEMPOTENCY_KEY": "g1"}
+        )
+    assert granted.status_code == 201, granted.content
+    assert len(captured.captured_queries) <= IDEMPOTENT_MAX, [q["sql"][:80] for q in captured.captured_queries]
+
+
+def test_only_the_claim_commits_without_waiting_for_the_disk(agent: AgentClient, team: Team) -> None:
+    """`synchronous_commit` is off for the claim's own transaction alone: the work's transaction
+    after it, and anything else on the connection, waits for the disk as configured."""
+    assert agent.envelope(error_envelope(operation_ref="sync-1"), HTTP_IDEMPOTENCY_KEY="s1").status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
