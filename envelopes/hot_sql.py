@@ -237,10 +237,20 @@ def _bound_cursor(
         values = params
     db.ensure_connection()
     db.validate_thread_sharing()
-    raw = psycopg.RawCursor(db.connection)
     wrapper = _BoundDebugWrapper if db.queries_logged else CursorWrapper
-    with wrapper(raw, db) as cursor:
-        yield cursor, text, values
+    # Not closed on the way out: the connection's one raw cursor serves every hot statement
+    # (building a psycopg cursor copies the connection's adapters: ~2 % of an ingest's CPU).
+    yield wrapper(_raw_cursor(db), db), text, values
+
+
+def _raw_cursor(db: Any) -> psycopg.RawCursor[Any]:
+    """The raw cursor of the connection `db` has now, made on first use (a new connection, after
+    a reconnect, gets a new one)."""
+    cursor: psycopg.RawCursor[Any] | None = getattr(db, "_hot_raw_cursor", None)
+    if cursor is None or cursor.connection is not db.connection or cursor.closed:
+        cursor = psycopg.RawCursor(db.connection)
+        db._hot_raw_cursor = cursor
+    return cursor
 
 
 class _BoundDebugWrapper(CursorDebugWrapper):
