@@ -149,6 +149,20 @@ def _date_time_texts(draw: st.DrawFn) -> str:
 
 
 _OFFSETS = [UTC, timezone(timedelta(hours=-5, minutes=-30)), timezone(timedelta(hours=13, minutes=45))]
+# Times the pattern accepts, at the calendar's edges: February 29th in a leap year and not, April
+# 31st, second 60, an offset that pushes year 1 or 9999 out of what a date holds.
+_CALENDAR_EDGES = st.builds(
+    "{}-{}-{}{}{}:{}:{}{}{}".format,
+    st.sampled_from(["0001", "2024", "2026", "2100", "9999"]),
+    st.sampled_from(["01", "02", "04", "12"]),
+    st.sampled_from(["01", "28", "29", "30", "31"]),
+    st.sampled_from(["T", "t"]),
+    st.sampled_from(["00", "23"]),
+    st.sampled_from(["00", "59"]),
+    st.sampled_from(["00", "59", "60"]),
+    st.sampled_from(["", ".5", ".1234567891"]),
+    st.sampled_from(["Z", "z", "+01:00", "-01:00", "+23:59", "-23:59"]),
+)
 _DATE_TIMES = st.one_of(
     _date_time_texts(),
     st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)).map(
@@ -180,16 +194,36 @@ def _enum(values: Any) -> st.SearchStrategy[Any]:
     return _edge_or(st.sampled_from(list(values)), st.sampled_from(["", "Never", "never ", "NEVER", 0, None]))
 
 
+# A time field: a third of the time at a calendar edge, since only a time the pattern accepts
+# reaches the date-time check.
+_TIME_FIELD = st.one_of(_VALID_DATE_TIMES, _CALENDAR_EDGES, _edge_or(_VALID_DATE_TIMES, _DATE_TIMES))
 _PRINTABLE = st.characters(exclude_categories=["Cc", "Cf", "Zl", "Zp", "Cs"])
-_IDENTIFIER = _edge_or(st.text(_PRINTABLE, min_size=1, max_size=30), _TEXTS)
+# The printable pattern's edges that are not C0 controls (those break every check alike): DEL, C1,
+# the format and separator characters it names, and their neighbours it lets through.
+_PRINTABLE_EDGES = [c for c in _EDGE_CHARS if c >= "\x7f" and c not in "\ud800\udfff"]
+
+
+def _near(valid: st.SearchStrategy[str], edges: list[str]) -> st.SearchStrategy[str]:
+    """A valid text, or one with an edge character put in front, inside or after it."""
+    inserted = st.builds(
+        lambda text, char, at: text[:at] + char + text[at:],
+        valid,
+        st.sampled_from(edges),
+        st.integers(0, 40),
+    )
+    return st.one_of(valid, inserted)
+
+
+_IDENTIFIER = _edge_or(_near(st.text(_PRINTABLE, min_size=1, max_size=30), _PRINTABLE_EDGES), _TEXTS)
+_PATTERN_EDGES = ["\n", "\r", " ", "A", "a", "_", "-", ".", "\u0662", "\uff10", "\u212a", "\u0130", "\x00"]
 _COUNT = _edge_or(st.integers(0, 5))
 _COMMON = {
-    "tool": _edge_or(st.from_regex(TOOL_PATTERN.replace("{0,99}", "{0,20}"), fullmatch=True)),
+    "tool": _edge_or(_near(st.from_regex(TOOL_PATTERN.replace("{0,99}", "{0,20}"), fullmatch=True), _PATTERN_EDGES)),
     "operation_ref": _IDENTIFIER,
     "correlation_id": _IDENTIFIER,
     "run_id": _IDENTIFIER,
     "attempt": _edge_or(st.integers(1, 5)),
-    "occurred_at": _edge_or(_VALID_DATE_TIMES, _DATE_TIMES),
+    "occurred_at": _TIME_FIELD,
 }
 
 
@@ -210,7 +244,7 @@ _RETRY = _edge_or(
     _objects(
         {
             "directive": _enum(RETRY_DIRECTIVES),
-            "not_before": _edge_or(_VALID_DATE_TIMES, _DATE_TIMES),
+            "not_before": _TIME_FIELD,
             "max_attempts_remaining": _COUNT,
         },
         {"directive", "max_attempts_remaining"},
@@ -229,7 +263,7 @@ _MESSAGE = _edge_or(st.text(max_size=40))
 _ERROR_FIELDS = {
     "ok": _edge_or(st.just(False), st.sampled_from([0, "false"])),
     **_COMMON,
-    "code": _edge_or(st.from_regex(CODE_PATTERN.replace("{1,63}", "{1,8}"), fullmatch=True)),
+    "code": _edge_or(_near(st.from_regex(CODE_PATTERN.replace("{1,63}", "{1,8}"), fullmatch=True), _PATTERN_EDGES)),
     "category": _enum(CATEGORIES),
     "commit_state": _enum(COMMIT_STATES),
     "retry": _RETRY,
@@ -246,9 +280,7 @@ _SUCCESS_BODIES = _objects(
         "ok": _edge_or(st.just(True), st.sampled_from([1, "true"])),
         **_COMMON,
         "commit_state": _edge_or(st.just("committed"), st.sampled_from(COMMIT_STATES)),
-        "verification": _edge_or(
-            _objects({"checked_at": _edge_or(_VALID_DATE_TIMES, _DATE_TIMES), "evidence_ref": _MESSAGE}, {"checked_at"})
-        ),
+        "verification": _edge_or(_objects({"checked_at": _TIME_FIELD, "evidence_ref": _MESSAGE}, {"checked_at"})),
         "result": _ANY,
     },
     set(SUCCESS_ENVELOPE_SCHEMA["required"]),
