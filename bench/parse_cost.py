@@ -3,7 +3,8 @@
     .venv/bin/python bench/parse_cost.py [--ref COMMIT] [--number 2000] [--repeat 7]
 
 Pure Python, no database, no Django settings. Each case is timed as the best of `--repeat` runs of
-`--number` calls (the best, because the machine is shared and anything slower is a neighbour):
+`--number` calls (the best, because the machine is shared and anything slower is a neighbour; with
+`--ref`, the two modules take turns run by run):
 
 - `error, same texts`: seed 000's INVALID_RECIPIENT_ADDRESS envelope (the body bench/run posts),
   the same every call, as an agent repeats its messages: the clean-text cache answers.
@@ -102,27 +103,36 @@ def schema_at(commit: str) -> ModuleType:
     return module
 
 
-def per_call(module: ModuleType, dialect: str, payload: dict[str, Any] | None, number: int, repeat: int) -> float:
-    """Microseconds per `parse_envelope` call, the best of `repeat` runs of `number` calls."""
+def batch(module: ModuleType, dialect: str, payload: dict[str, Any] | None, number: int) -> float:
+    """Seconds for `number` calls of `module.parse_envelope`."""
     context = module.ToolContext()
     parse: Callable[..., Any] = module.parse_envelope
     rejected = module.EnvelopeRejected
-    best = float("inf")
-    for run in range(repeat):
-        if payload is None:  # built before the clock starts: only the parse is timed
-            stamp = time.time_ns()
-            payloads = [
-                {**SEED_000, "agent_message": f"recipient_email is invalid ({stamp}-{run}-{i}); ask for a new one."}
-                for i in range(number)
-            ]
-        else:
-            payloads = [payload] * number
-        started = time.perf_counter()
-        for body in payloads:
-            with contextlib.suppress(rejected):
-                parse(body, dialect=dialect, context=context, received_at=RECEIVED)
-        best = min(best, time.perf_counter() - started)
-    return best / number * 1e6
+    if payload is None:  # built before the clock starts: only the parse is timed
+        stamp = time.time_ns()
+        payloads = [
+            {**SEED_000, "agent_message": f"recipient_email is invalid ({stamp}-{i}); ask for a new one."}
+            for i in range(number)
+        ]
+    else:
+        payloads = [payload] * number
+    started = time.perf_counter()
+    for body in payloads:
+        with contextlib.suppress(rejected):
+            parse(body, dialect=dialect, context=context, received_at=RECEIVED)
+    return time.perf_counter() - started
+
+
+def per_call(
+    modules: list[ModuleType], dialect: str, payload: dict[str, Any] | None, number: int, repeat: int
+) -> list[float]:
+    """Microseconds per call for each module, the best of `repeat` runs of `number` calls. The
+    modules take turns run by run, so that a busy spell of the machine weighs on each alike."""
+    best = [float("inf")] * len(modules)
+    for _ in range(repeat):
+        for index, module in enumerate(modules):
+            best[index] = min(best[index], batch(module, dialect, payload, number))
+    return [seconds / number * 1e6 for seconds in best]
 
 
 def main() -> None:
@@ -139,7 +149,7 @@ def main() -> None:
     print(f"| case | {head} |" + (" after/before |" if args.ref else ""))
     print("|---|" + "---:|" * (len(modules) + (1 if args.ref else 0)))
     for name, dialect, payload in CASES:
-        times = [per_call(module, dialect, payload, args.number, args.repeat) for _, module in modules]
+        times = per_call([module for _, module in modules], dialect, payload, args.number, args.repeat)
         cells = " | ".join(f"{value:.1f}" for value in times)
         ratio = f" {times[-1] / times[0]:.2f} |" if args.ref else ""
         print(f"| {name} | {cells} |{ratio}", flush=True)
