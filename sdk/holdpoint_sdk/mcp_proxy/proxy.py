@@ -202,6 +202,7 @@ class _Call:
     operation_ref: str
     run_id: str
     fingerprint: str
+    input_size: int  # bytes of the input's canonical JSON (the gate takes up to MAX_INPUT_BYTES)
     attempt: int | None = None
     step: Step | None = None
     approved: bool = False
@@ -262,7 +263,7 @@ class HoldpointProxy:
         raw_meta = params.get("_meta")
         client_meta = dict(raw_meta) if isinstance(raw_meta, Mapping) else {}
         try:
-            fingerprint = input_fingerprint(arguments)
+            canonical = canonical_json(arguments)  # once: the fingerprint and the gate's size limit
         except (TypeError, ValueError) as error:
             return self._local_error(f"Holdpoint: the input cannot be fingerprinted ({error}); the call was not made.")
         call = _Call(
@@ -271,7 +272,8 @@ class HoldpointProxy:
             client_meta=client_meta,
             operation_ref="",
             run_id=self._run_id(client_meta),
-            fingerprint=fingerprint,
+            fingerprint=hashlib.sha256(canonical).hexdigest(),  # envelopes.input_fingerprint
+            input_size=len(canonical),
         )
         call.operation_ref = self._operation_ref(call)
         started = time.perf_counter()
@@ -354,7 +356,8 @@ class HoldpointProxy:
         approved = (directive or {}).get("input")
         if isinstance(approved, Mapping) and input_fingerprint(approved) != call.fingerprint:
             call.arguments = dict(approved)
-            call.fingerprint = input_fingerprint(call.arguments)
+            canonical = canonical_json(call.arguments)
+            call.fingerprint, call.input_size = hashlib.sha256(canonical).hexdigest(), len(canonical)
             call.input_edited = True
 
     async def _approved_input_first(self, call: _Call) -> None:
@@ -392,7 +395,7 @@ class HoldpointProxy:
         if self.config.send_input == "auto" and self.server_takes_input is False:
             call.input_withheld = "this Holdpoint does not take input on attempts (contract v1)"
             return None
-        size = len(canonical_json(call.arguments))
+        size = call.input_size
         if size > MAX_INPUT_BYTES:
             call.input_withheld = f"its canonical form is {size} bytes, over the {MAX_INPUT_BYTES} the gate takes"
             logger.info("not sending the input of %s on %s: %s", call.tool, call.operation_ref, call.input_withheld)
