@@ -396,6 +396,9 @@ def invalid_recipient(**changes: Any) -> dict[str, Any]:
     return {**envelope, **changes}
 
 
+SUCCESS_BODY = {"ok": True, "tool": "create_invoice", "operation_ref": "run_81/step_4", "commit_state": "committed"}
+
+
 def without(payload: dict[str, Any], name: str) -> dict[str, Any]:
     return {key: value for key, value in payload.items() if key != name}
 
@@ -504,6 +507,40 @@ def test_values_that_are_not_json_are_judged_by_the_reference(dialect: str, payl
 def test_the_fast_check_never_accepts_a_value_that_is_not_json(dialect: str, payload: Any) -> None:
     shape = SHAPES["mcp"] if dialect == "mcp" else SHAPES["error"]
     assert not shape.is_valid(payload)
+
+
+def nested(depth: int) -> list[Any]:
+    root: list[Any] = []
+    level = root
+    for _ in range(depth):
+        level.append([])
+        level = level[0]
+    return root
+
+
+# Far deeper than json.loads goes (~1,000 levels): the Rust engine must not recurse into what no
+# shape constrains, where it would overflow its stack and take the worker down. Built in the test,
+# not at collection: each is a few MB.
+DEEP: list[Any] = [
+    pytest.param("canonical", lambda deep: {**SUCCESS_BODY, "result": deep}, id="result"),
+    pytest.param("canonical", lambda deep: invalid_recipient(safe_details={"field": deep}), id="safe_details value"),
+    pytest.param("canonical", lambda deep: invalid_recipient(extra=deep), id="unknown field"),
+    pytest.param(
+        "mcp",
+        lambda deep: {
+            "content": [{"type": "text", "x": deep}],
+            "structuredContent": SUCCESS_BODY,
+            "_meta": {"a": deep},
+        },
+        id="MCP content and _meta",
+    ),
+]
+
+
+@pytest.mark.parametrize(("dialect", "build"), DEEP)
+def test_a_deeply_nested_body_is_judged_without_recursion(dialect: str, build: Any) -> None:
+    payload = build(nested(100_000))
+    assert outcome(payload, dialect) == reference_outcome(payload, dialect)
 
 
 # The common case stays cheap ----------------------------------------------------------------------
