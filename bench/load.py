@@ -727,6 +727,21 @@ def verdict(
 # --- main --------------------------------------------------------------------------------------
 
 
+def analyze(database: str) -> None:
+    """ANALYZE the bench database once priming has filled it, as autovacuum soon would on a server
+    that runs it (PostgreSQL's default; this project's machine runs with autovacuum off). The hot
+    path's statements are prepared, and PostgreSQL plans a prepared statement once per connection
+    from the tables' statistics: without any, the plan of the step lookup read every step of the
+    team through another index (a cost that grows with the table). The analyze invalidates the
+    cached plans; each connection plans again on its next call."""
+    import psycopg
+
+    url = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+    with psycopg.connect(f"{url}/{database}", autocommit=True) as connection:
+        connection.execute("ANALYZE")
+    print(f"{database}: analyzed")
+
+
 async def main(args: argparse.Namespace) -> int:
     targets: list[Target] = args.target
     run_tag = uuid.uuid4().hex[:8]
@@ -741,6 +756,8 @@ async def main(args: argparse.Namespace) -> int:
         print(
             f"{target.name}: primed with {args.prime} requests per connection in {time.perf_counter() - started:.1f} s"
         )
+    if args.database:
+        analyze(args.database)
     sampler = RssSampler(targets, args.database)
     sampling = asyncio.create_task(sampler.run())
     rounds: dict[str, list[Round]] = {t.name: [] for t in targets}
