@@ -7,7 +7,8 @@ MCP server and through the proxy, against a running Holdpoint, and where the dif
 Every call has a fresh input, so every guarded call is a new step that commits (attempt gate,
 upstream call, envelope). The series, interleaved call by call so that the machine's load
 swings hit them alike:
-- direct:      an MCP ClientSession -> tests/mcp/upstream_server.py (stdio);
+- direct:      an MCP ClientSession -> tests/mcp/upstream_server.py (stdio), each call with the
+               `_meta` the proxy would add (so the upstream does the same work for both);
 - proxied:     an MCP ClientSession -> holdpoint-mcp -> the same upstream, Holdpoint at --base-url;
 - holdpoint:   the proxy's two requests alone (attempt gate, then envelope, with Idempotency-Keys,
                from the proxy's own HTTP client in this process);
@@ -142,7 +143,13 @@ def clocked(call: Callable[[int], Awaitable[Any]]) -> Call:
     return timed
 
 
-async def session_call(stack: AsyncExitStack, parameters: Any, tag: str, errlog: Any = sys.stderr) -> Call:
+async def session_call(
+    stack: AsyncExitStack, parameters: Any, tag: str, errlog: Any = sys.stderr, *, as_the_proxy: bool = False
+) -> Call:
+    """Calls of create_invoice over one ClientSession. `as_the_proxy`: with the `_meta` the proxy
+    adds on its way upstream (a new operation_ref per call), so that the upstream server does
+    the same work for a direct call as for a proxied one (it files each invoice under its
+    operation_ref; without one, every direct call would overwrite the same entry)."""
     from mcp import ClientSession, stdio_client
 
     read, write = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
@@ -150,7 +157,11 @@ async def session_call(stack: AsyncExitStack, parameters: Any, tag: str, errlog:
     await session.initialize()
 
     async def call(i: int) -> None:
-        result = await session.call_tool("create_invoice", invoice(tag, i))
+        meta = None
+        if as_the_proxy:
+            ref, run = f"direct-{tag}/create_invoice/{i}", f"direct-{tag}"
+            meta = {"dev.holdpoint/operation_ref": ref, "dev.holdpoint/run_id": run, "dev.holdpoint/attempt": 1}
+        result = await session.call_tool("create_invoice", invoice(tag, i), meta=meta)
         assert not result.is_error, result
 
     return clocked(call)
@@ -241,7 +252,7 @@ async def run(args: argparse.Namespace) -> None:
             command=sys.executable, args=[str(UPSTREAM)], env=upstream_env("direct"), cwd=str(ROOT)
         )
         async with AsyncExitStack() as stack:
-            calls = {"direct": await session_call(stack, direct, f"d{tag}")}
+            calls = {"direct": await session_call(stack, direct, f"d{tag}", as_the_proxy=True)}
             if not args.stub_only:
                 calls["proxied"] = await session_call(
                     stack, proxy(args.base_url, "real"), f"p{tag}", stack.enter_context(logs["proxied"].open("w"))
