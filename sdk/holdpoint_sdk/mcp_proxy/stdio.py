@@ -179,10 +179,13 @@ class ClientChannel:
             return True
         if method == "notifications/cancelled":
             cancelled = as_request_id((params or {}).get("requestId"))
-            task = self._calls.get(coerce_request_id(cancelled)) if cancelled is not None else None
+            if cancelled is None:
+                return False
+            key = coerce_request_id(cancelled)
+            task = self._calls.get(key)
             if task is None:
                 return False
-            self._cancelled.add(coerce_request_id(cancelled))
+            self._cancelled.add(key)
             task.cancel()
             return True
         return False

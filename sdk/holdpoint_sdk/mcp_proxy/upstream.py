@@ -129,7 +129,8 @@ class StdioUpstream:
             return False
         if not isinstance(message, dict) or "method" in message:
             return False
-        answer = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        request_id = message.get("id")
+        answer = self._pending.get(request_id) if isinstance(request_id, str) else None
         if answer is None:
             return False
         if not answer.done():
@@ -137,12 +138,10 @@ class StdioUpstream:
             result = message.get("result")
             if isinstance(error, Mapping):
                 code, text = error.get("code"), error.get("message")
-                valid = isinstance(code, int) and isinstance(text, str)
-                answer.set_exception(
-                    MCPError(code, text, error.get("data"))
-                    if valid
-                    else MCPError(types.INTERNAL_ERROR, "the server answered with a malformed error")
-                )
+                if isinstance(code, int) and not isinstance(code, bool) and isinstance(text, str):
+                    answer.set_exception(MCPError(code, text, error.get("data")))
+                else:
+                    answer.set_exception(MCPError(types.INTERNAL_ERROR, "the server answered with a malformed error"))
             elif isinstance(result, dict):
                 answer.set_result(result)
             else:
