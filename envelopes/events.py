@@ -25,9 +25,12 @@ class DomainEvent(models.Model):
     """One event of the core, append-only. `data` is the event's body as the consumers get it
     (for step events, the §4 step shape at the moment of the change)."""
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    # team and step lead domainevent_team_idx and domainevent_step_idx: no lone indexes (0009).
+    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+", db_index=False)
     type = models.CharField(max_length=40)  # step.state_changed, step.decided, tool.halted, tool.resumed
-    step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    step = models.ForeignKey(
+        "envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False
+    )
     # The tool's name, "" when none (events carry names, not ids; a step event's tool is its step's).
     tool = models.CharField(max_length=100, blank=True)
     data = models.JSONField(encoder=DjangoJSONEncoder)

@@ -282,7 +282,8 @@ class Step(models.Model):
 class Attempt(models.Model):
     """One permitted execution of a step's write, granted by the attempt gate."""
 
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_set")
+    # Indexed by attempt_unique_number_per_step (step, number); no lone index (migration 0009).
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_set", db_index=False)
     number = models.PositiveIntegerField()
     fingerprint = models.CharField(max_length=64)
     run_id = models.CharField(max_length=200, blank=True)
@@ -320,9 +321,11 @@ class ProposedInput(models.Model):
 class Envelope(models.Model):
     """One tool result posted for a step. Append-only; untrusted text is stored redacted."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="envelopes")
-    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="envelopes")
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="envelopes")
+    # team, tool and step lead envelope_team_correlation_idx, envelope_tool_received_idx and
+    # envelope_step_received_idx: no lone indexes, one index insert less each per envelope (0009).
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="envelopes", db_index=False)
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
     dialect = models.CharField(max_length=16, default="canonical")
     ok = models.BooleanField()
     code = models.CharField(max_length=64, blank=True)
@@ -438,8 +441,11 @@ class AuditEvent(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     chain = models.CharField(max_length=40)  # "step:<id>" or "tool:<id>"
     seq = models.PositiveIntegerField()
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, blank=True, related_name="audit_events")
-    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+")
+    # step and tool lead audit_step_seq_idx and audit_tool_kind_time_idx: no lone indexes (0009).
+    step = models.ForeignKey(
+        Step, on_delete=models.CASCADE, null=True, blank=True, related_name="audit_events", db_index=False
+    )
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+", db_index=False)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     actor = models.CharField(max_length=200)
     before = models.CharField(max_length=20, blank=True)
