@@ -173,6 +173,9 @@ class Bodies:
             + "Content-Length: "
         ).encode()
         self.head = f"POST {target.path}".encode() + self.tail
+        # `*-keyed`: every request with an Idempotency-Key of its own, as the SDK's guard and
+        # holdpoint-mcp send every gate and envelope.
+        self.keyed = target.name.endswith("-keyed")
 
     def ref(self) -> bytes:
         return self.prefix + uuid.uuid4().hex.encode()
@@ -182,11 +185,17 @@ class Bodies:
         return self.before + self.ref() + self.after
 
     def request(self) -> bytes:
+        key = b"Idempotency-Key: " + uuid.uuid4().hex.encode() + b"\r\n" if self.keyed else b""
         if self.kind.startswith("attempt"):
             path = self.path_before + self.ref() + self.path_after
-            return b"POST " + path + self.tail + str(len(self.fixed)).encode() + b"\r\n\r\n" + self.fixed
+            return b"POST " + path + self.tail[:-16] + key + self.tail[-16:] + self._length(self.fixed)
         body = self.body()
-        return self.head + str(len(body)).encode() + b"\r\n\r\n" + body
+        return self.head[:-16] + key + self.head[-16:] + self._length(body)
+
+    @staticmethod
+    def _length(body: bytes) -> bytes:
+        """What follows "Content-Length: " (the last 16 bytes of the head): the length and the body."""
+        return str(len(body)).encode() + b"\r\n\r\n" + body
 
 
 # --- one round ---------------------------------------------------------------------------------
