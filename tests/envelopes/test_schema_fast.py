@@ -181,11 +181,19 @@ _ANY = st.recursive(
 _EDGES_OF_ANY_TYPE = st.one_of(_ANY, _TEXTS, _NUMBERS, _DATE_TIMES)
 
 
+# Weighted coins. `sampled_from` draws its index nearly uniformly, where `integers(0, 15)` gives 0
+# about one time in five (hypothesis favours the ends of a range), which made most bodies invalid.
+# The rare side is the last index: hypothesis starts from, and shrinks towards, the first.
+_COIN_4 = st.sampled_from(range(4))
+_COIN_16 = st.sampled_from(range(16))
+_COIN_40 = st.sampled_from(range(40))
+
+
 @st.composite
 def _edge_or(draw: st.DrawFn, valid: st.SearchStrategy[Any], edge: st.SearchStrategy[Any] | None = None) -> Any:
     """Nearly always a valid value (so that a body of a dozen fields is often valid whole), now
     and then one at an edge: `edge`, or of any type."""
-    if draw(st.integers(0, 15)) == 0:
+    if draw(_COIN_16) == 15:
         return draw(edge if edge is not None and draw(st.booleans()) else _EDGES_OF_ANY_TYPE)
     return draw(valid)
 
@@ -203,16 +211,15 @@ _PRINTABLE = st.characters(exclude_categories=["Cc", "Cf", "Zl", "Zp", "Cs"])
 _PRINTABLE_EDGES = [c for c in _EDGE_CHARS if c >= "\x7f" and c not in "\ud800\udfff"]
 
 
-def _near(valid: st.SearchStrategy[str], edges: list[str]) -> st.SearchStrategy[str]:
+@st.composite
+def _near(draw: st.DrawFn, valid: st.SearchStrategy[str], edges: list[str]) -> str:
     """A valid text, or (a quarter of the time, so that a body of several such fields is still
     often valid whole) one with an edge character put in front, inside or after it."""
-    inserted = st.builds(
-        lambda text, char, at: text[:at] + char + text[at:],
-        valid,
-        st.sampled_from(edges),
-        st.integers(0, 40),
-    )
-    return st.one_of(valid, valid, valid, inserted)
+    text = draw(valid)
+    if draw(_COIN_4) == 3:
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(edges)) + text[at:]
+    return text
 
 
 _IDENTIFIER = _edge_or(_near(st.text(_PRINTABLE, min_size=1, max_size=30), _PRINTABLE_EDGES), _TEXTS)
@@ -234,9 +241,9 @@ def _objects(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]], require
     time, now and then one the shape does not know."""
     body: dict[str, Any] = {}
     for name, strategy in fields.items():
-        if draw(st.integers(0, 39)) < (39 if name in required else 20):
+        if draw(_COIN_40) < (39 if name in required else 20):
             body[name] = draw(strategy)
-    if draw(st.integers(0, 39)) == 0:
+    if draw(_COIN_40) == 39:
         body[draw(_TEXTS)] = draw(_ANY)
     return body
 
