@@ -107,7 +107,7 @@ def _update_text(model: type[models.Model]) -> str:
 
 def _prepared(instance: models.Model, fields: Sequence[models.Field[Any, Any]]) -> list[Any]:
     """Each field's value as `save()` would send it: `get_db_prep_save`, except for the plain
-    values (`_AS_IS`) that it hands to the driver unchanged, which skip its three calls per
+    values (`_as_is`) that it hands to the driver unchanged, which skip its three calls per
     value (~6 % of an ingest's app CPU for the ~80 values of its write)."""
     db = _db()
     plain = db.vendor == "postgresql"  # elsewhere a datetime, say, is sent as text
