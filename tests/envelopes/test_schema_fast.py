@@ -39,6 +39,7 @@ from envelopes.contract import (
     TOOL_PATTERN,
 )
 from envelopes.schema import EnvelopeRejected, ToolContext, parse_envelope
+from tests.conftest import error_envelope as invalid_recipient
 
 RECEIVED = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 CONTEXT = ToolContext()
@@ -384,24 +385,6 @@ def test_parse_envelope_answers_what_the_reference_alone_answers(case: tuple[str
     assert outcome(copy.deepcopy(payload), dialect, context) == expected
     # Again, with the texts found clean now answered from the cache.
     assert outcome(copy.deepcopy(payload), dialect, context) == expected
-
-
-def invalid_recipient(**changes: Any) -> dict[str, Any]:
-    """Seed 000's INVALID_RECIPIENT_ADDRESS example, with the contract's `tool`."""
-    envelope = {
-        "ok": False,
-        "tool": "send_email",
-        "code": "INVALID_RECIPIENT_ADDRESS",
-        "category": "validation",
-        "commit_state": "not_committed",
-        "retry": {"directive": "after_input_fix", "max_attempts_remaining": 1},
-        "next_action": "correct_input",
-        "operation_ref": "run_81/step_4",
-        "safe_details": {"field": "recipient_email"},
-        "agent_message": "recipient_email is invalid; request a corrected address.",
-        "user_message": "I need a valid recipient address before I can send this.",
-    }
-    return {**envelope, **changes}
 
 
 SUCCESS_BODY = {"ok": True, "tool": "create_invoice", "operation_ref": "run_81/step_4", "commit_state": "committed"}
