@@ -97,8 +97,8 @@ def _insert_text_without_pk(model: type[models.Model]) -> str:
 
 
 @functools.cache
-def _update_text(model: type[models.Model]) -> str:
-    fields = [field for field in column_fields(model) if not field.primary_key]
+def _update_text(model: type[models.Model], names: tuple[str, ...] | None = None) -> str:
+    fields = _update_fields(model, names)
     assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
     assert model._meta.pk is not None
     pk = quote(model._meta.pk.column)
@@ -171,11 +171,19 @@ def insert(instance: models.Model) -> tuple[str, list[Any]]:
     return _insert_text(model), _prepared(instance, column_fields(model))
 
 
-def update(instance: models.Model) -> tuple[str, list[Any]]:
-    """The UPDATE of every column of `instance` by its pk (what `save()` sends)."""
+def update(instance: models.Model, fields: tuple[str, ...] | None = None) -> tuple[str, list[Any]]:
+    """The UPDATE of every column of `instance` by its pk (what `save()` sends), or of the named
+    fields only (what `save(update_fields=...)` sends)."""
     model = type(instance)
-    fields = [field for field in column_fields(model) if not field.primary_key]
-    return _update_text(model), [*_prepared(instance, fields), instance.pk]
+    return _update_text(model, fields), [*_prepared(instance, _update_fields(model, fields)), instance.pk]
+
+
+@functools.cache
+def _update_fields(model: type[models.Model], names: tuple[str, ...] | None) -> tuple[models.Field[Any, Any], ...]:
+    if names is None:
+        return tuple(field for field in column_fields(model) if not field.primary_key)
+    by_name = {field.name: field for field in column_fields(model)}
+    return tuple(by_name[name] for name in names)
 
 
 def combined(statements: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:

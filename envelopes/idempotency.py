@@ -164,9 +164,10 @@ def _hold_sql() -> str:
 
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:
     """Store the answer to replay: in the transaction of the work it answers (see the module).
-    The row as `save()` would write it, in one prepared statement (envelopes.hot_sql)."""
+    The three columns as `save(update_fields=...)` would write them, in one prepared statement
+    (envelopes.hot_sql)."""
     record.status, record.response, record.headers = status, body, headers
-    hot_sql.execute_bound(*hot_sql.update(record))
+    hot_sql.execute_bound(*hot_sql.update(record, ("status", "response", "headers")))
 
 
 def idempotency_release(record: IdempotencyRecord) -> None:
