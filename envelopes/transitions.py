@@ -83,14 +83,9 @@ def lock_step(team: Team, operation_ref: str, *, joined: bool = True) -> Step | 
     return next(iter(steps[:1]), None)
 
 
-def mark_new(step: Step) -> None:
-    """A step created in this transaction has no decisions: its answer need not ask."""
-    mark_without_decisions(step)
-
-
 def mark_without_decisions(step: Step) -> None:
-    """The step has no decisions (new, or read with a check that it has none): what reads its
-    decisions gets an empty list without a query."""
+    """The step has no decisions (created in this transaction, or read with a check that it has
+    none): what reads its decisions gets an empty list without a query."""
     step._prefetched_objects_cache = {"decisions": _no_decisions()}  # type: ignore[attr-defined]
 
 
@@ -250,7 +245,7 @@ def apply_event(
             else:
                 created = True
     if created:
-        mark_new(step)
+        mark_without_decisions(step)
     else:
         if tool is not None:
             if step.tool_id != tool.pk:
@@ -320,7 +315,7 @@ def event_plan(
             updated_at=now,
             state_entered_at=now,
         )
-        mark_new(step)
+        mark_without_decisions(step)
     else:
         if step.tool_id != tool.pk:
             raise ToolMismatch(f"Step {step.operation_ref!r} belongs to another tool, not {tool.name!r}.")

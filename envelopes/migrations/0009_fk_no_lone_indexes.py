@@ -6,21 +6,27 @@ from django.db import migrations, models
 # more index entry to write per row on the agent API's hot path (issue 14). Only the indexes go:
 # AlterField would also drop and re-add the foreign keys, validating every row under a lock. The
 # names are the ones Django gave the indexes on every backend.
-INDEXES = {
-    # index: (table, column, the index that serves lookups by the column)
-    "envelopes_attempt_step_id_ea17da16": ("envelopes_attempt", "step_id", "attempt_unique_number_per_step"),
-    "envelopes_auditevent_step_id_7df2c427": ("envelopes_auditevent", "step_id", "audit_step_seq_idx"),
-    "envelopes_auditevent_tool_id_acd1adc1": ("envelopes_auditevent", "tool_id", "audit_tool_kind_time_idx"),
-    "envelopes_domainevent_step_id_f56bb426": ("envelopes_domainevent", "step_id", "domainevent_step_idx"),
-    "envelopes_domainevent_team_id_256a9ef7": ("envelopes_domainevent", "team_id", "domainevent_team_idx"),
-    "envelopes_envelope_step_id_4404444b": ("envelopes_envelope", "step_id", "envelope_step_received_idx"),
-    "envelopes_envelope_team_id_729e6713": ("envelopes_envelope", "team_id", "envelope_team_correlation_idx"),
-    "envelopes_envelope_tool_id_7e328474": ("envelopes_envelope", "tool_id", "envelope_tool_received_idx"),
-}
-
-
-def _unindexed(**options):  # type: ignore[no-untyped-def]
-    return models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, **options)
+CASCADE, PROTECT = django.db.models.deletion.CASCADE, django.db.models.deletion.PROTECT
+NULLABLE = {"blank": True, "null": True}
+FOREIGN_KEYS = [
+    # (model, field, its lone index, the index that serves lookups by it, the field's options)
+    ("attempt", "step", "envelopes_attempt_step_id_ea17da16", "attempt_unique_number_per_step",
+     {"on_delete": CASCADE, "related_name": "attempt_set", "to": "envelopes.step"}),
+    ("auditevent", "step", "envelopes_auditevent_step_id_7df2c427", "audit_step_seq_idx",
+     {"on_delete": CASCADE, "related_name": "audit_events", "to": "envelopes.step", **NULLABLE}),
+    ("auditevent", "tool", "envelopes_auditevent_tool_id_acd1adc1", "audit_tool_kind_time_idx",
+     {"on_delete": CASCADE, "related_name": "+", "to": "envelopes.tool"}),
+    ("domainevent", "step", "envelopes_domainevent_step_id_f56bb426", "domainevent_step_idx",
+     {"on_delete": CASCADE, "related_name": "+", "to": "envelopes.step", **NULLABLE}),
+    ("domainevent", "team", "envelopes_domainevent_team_id_256a9ef7", "domainevent_team_idx",
+     {"on_delete": CASCADE, "related_name": "+", "to": "envelopes.team"}),
+    ("envelope", "step", "envelopes_envelope_step_id_4404444b", "envelope_step_received_idx",
+     {"on_delete": CASCADE, "related_name": "envelopes", "to": "envelopes.step"}),
+    ("envelope", "team", "envelopes_envelope_team_id_729e6713", "envelope_team_correlation_idx",
+     {"on_delete": CASCADE, "related_name": "envelopes", "to": "envelopes.team"}),
+    ("envelope", "tool", "envelopes_envelope_tool_id_7e328474", "envelope_tool_received_idx",
+     {"on_delete": PROTECT, "related_name": "envelopes", "to": "envelopes.tool"}),
+]  # fmt: skip
 
 
 class Migration(migrations.Migration):
@@ -31,58 +37,15 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-                migrations.AlterField(
-                    model_name="attempt",
-                    name="step",
-                    field=_unindexed(related_name="attempt_set", to="envelopes.step"),
-                ),
-                migrations.AlterField(
-                    model_name="auditevent",
-                    name="step",
-                    field=_unindexed(blank=True, null=True, related_name="audit_events", to="envelopes.step"),
-                ),
-                migrations.AlterField(
-                    model_name="auditevent",
-                    name="tool",
-                    field=_unindexed(related_name="+", to="envelopes.tool"),
-                ),
-                migrations.AlterField(
-                    model_name="domainevent",
-                    name="step",
-                    field=_unindexed(blank=True, null=True, related_name="+", to="envelopes.step"),
-                ),
-                migrations.AlterField(
-                    model_name="domainevent",
-                    name="team",
-                    field=_unindexed(related_name="+", to="envelopes.team"),
-                ),
-                migrations.AlterField(
-                    model_name="envelope",
-                    name="step",
-                    field=_unindexed(related_name="envelopes", to="envelopes.step"),
-                ),
-                migrations.AlterField(
-                    model_name="envelope",
-                    name="team",
-                    field=_unindexed(related_name="envelopes", to="envelopes.team"),
-                ),
-                migrations.AlterField(
-                    model_name="envelope",
-                    name="tool",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="envelopes",
-                        to="envelopes.tool",
-                    ),
-                ),
+                migrations.AlterField(model_name=model, name=field, field=models.ForeignKey(db_index=False, **options))
+                for model, field, _, _, options in FOREIGN_KEYS
             ],
             database_operations=[
                 migrations.RunSQL(
                     sql=f'DROP INDEX IF EXISTS "{index}"',
-                    reverse_sql=f'CREATE INDEX "{index}" ON "{table}" ("{column}")',
+                    reverse_sql=f'CREATE INDEX "{index}" ON "envelopes_{model}" ("{field}_id")',
                 )
-                for index, (table, column, _) in INDEXES.items()
+                for model, field, index, _, _ in FOREIGN_KEYS
             ],
         ),
     ]

@@ -57,9 +57,9 @@ def test_a_grant_with_a_key_is_at_most_11_statements(agent: AgentClient, endpoin
     assert len(captured.captured_queries) <= IDEMPOTENT_MAX, [q["sql"][:80] for q in captured.captured_queries]
 
 
-def test_only_the_claim_commits_without_waiting_for_the_disk(agent: AgentClient, team: Team) -> None:
-    """`synchronous_commit` is off for the claim's own transaction alone: the work's transaction
-    after it, and anything else on the connection, waits for the disk as configured."""
+def test_the_claims_synchronous_commit_off_ends_with_its_transaction(agent: AgentClient, team: Team) -> None:
+    """`synchronous_commit` is off for the claim's own transaction alone (the first test shows
+    the claim sets it): anything after it on the connection waits for the disk as configured."""
     assert agent.envelope(error_envelope(operation_ref="sync-1"), HTTP_IDEMPOTENCY_KEY="s1").status_code == 201
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
