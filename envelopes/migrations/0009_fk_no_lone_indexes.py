@@ -1,3 +1,5 @@
+from typing import Any
+
 import django.db.models.deletion
 from django.db import migrations, models
 
@@ -7,8 +9,8 @@ from django.db import migrations, models
 # AlterField would also drop and re-add the foreign keys, validating every row under a lock. The
 # names are the ones Django gave the indexes on every backend.
 CASCADE, PROTECT = django.db.models.deletion.CASCADE, django.db.models.deletion.PROTECT
-NULLABLE = {"blank": True, "null": True}
-FOREIGN_KEYS = [
+NULLABLE: dict[str, Any] = {"blank": True, "null": True}
+FOREIGN_KEYS: list[tuple[str, str, str, str, dict[str, Any]]] = [
     # (model, field, its lone index, the index that serves lookups by it, the field's options)
     ("attempt", "step", "envelopes_attempt_step_id_ea17da16", "attempt_unique_number_per_step",
      {"on_delete": CASCADE, "related_name": "attempt_set", "to": "envelopes.step"}),
