@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -61,19 +62,46 @@ class Consumer(Protocol):
     ) -> object: ...
 
 
+@dataclass(frozen=True)
+class Fold:
+    """A consumer's work for one event as a single INSERT (`%s` placeholders, ending in
+    RETURNING), which the core's hot path runs inside the statement that writes the event: one
+    round trip for both. `written` is then called, in the transaction, with the rows it wrote."""
+
+    sql: str
+    params: list[Any]
+    written: Callable[[int], object]
+
+
+class Folder(Protocol):
+    """A consumer's work as a Fold, or None when it cannot be one (the consumer is called then)."""
+
+    def __call__(
+        self, *, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None
+    ) -> Fold | None: ...
+
+
 _consumers: list[Consumer] = []
+_folders: dict[Consumer, Folder] = {}
 
 
-def subscribe(handler: Consumer) -> Consumer:
+def subscribe(handler: Consumer, *, fold: Folder | None = None) -> Consumer:
     """Register a consumer (once; subscribing it again changes nothing). Returns it, so it can
-    decorate."""
+    decorate. `fold`, when given, does the handler's work as one statement (a `Fold`) for the
+    hot path (`folder_of`); every other writer of events calls the handler."""
     if handler not in _consumers:
         _consumers.append(handler)
+    if fold is not None:
+        _folders[handler] = fold
     return handler
 
 
 def consumers() -> tuple[Consumer, ...]:
     return tuple(_consumers)
+
+
+def folder_of(consumer: Consumer) -> Folder | None:
+    return _folders.get(consumer)
 
 
 def _tool_name(event_type: str, data: dict[str, Any]) -> str | None:

@@ -1,4 +1,4 @@
-"""The hot path of the ingest: the common envelope in four SQL statements instead of a dozen.
+"""The hot path of the ingest: the common envelope in two SQL statements, between BEGIN and COMMIT.
 
 An agent pays Holdpoint on every write (issue 14), so the common case of `POST /envelopes`
 (a canonical envelope for a tool the team has, a new or open step, no service-wide halt or
@@ -13,8 +13,9 @@ the domain-event consumers) but with its round trips folded:
    copied, the audit links hashed), then one statement writing the step (INSERT, or UPDATE of
    the locked row), its audit links, the envelope and the domain event (data-modifying WITH
    queries);
-3. the consumers of the event stream, as `events.event_emit` would call them (the webhook
-   outbox, notifications), in the same transaction.
+3. the consumers of the event stream, as `events.event_emit` hands the event over: a consumer
+   that offers its work as one INSERT (the webhook outbox: `events.Fold`) in that same
+   statement, the others (notifications) called after it, in the same transaction.
 
 Anything else (another dialect, a new tool, a rejected or strict-undocumented envelope, a
 closed step, a halt, a skipped resource, a race on a new step) answers None before anything
@@ -36,7 +37,7 @@ from django.utils import timezone
 
 from . import hot_sql, schema
 from .errors import AttemptRefused
-from .events import DomainEvent, consumers
+from .events import Consumer, DomainEvent, Fold, consumers, folder_of
 from .lifecycle import TERMINAL
 from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
@@ -242,6 +243,8 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
     statements = [hot_sql.insert(step) if applied.created else hot_sql.update(step)]
     statements += [hot_sql.insert(row) for row in [*applied.audit_events, *rows]]
     emitted: dict[str, Any] | None = None
+    folds: list[Fold] = []
+    called: list[Consumer] = []
     if outcome.changed:
         emitted = {"step": step_representation(step), "cause": cause}
         event = DomainEvent(
@@ -253,12 +256,33 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
             created_at=timezone.now(),
         )
         statements.append(hot_sql.insert(event))
-    hot_sql.execute_bound(*hot_sql.combined(statements))
+        # The consumers, as events.event_emit hands the event over: those that can, in this
+        # statement (the webhook outbox), the others called once it is written.
+        for consumer in consumers():
+            folder = folder_of(consumer)
+            fold = folder(**_event_fields(step, emitted)) if folder else None
+            if fold is None:
+                called.append(consumer)
+            else:
+                folds.append(fold)
+    counts: tuple[Any, ...] = ()
+    if folds:
+        row = hot_sql.fetchone_bound(*hot_sql.combined(statements, [(f.sql, f.params) for f in folds]))
+        assert row is not None  # one count per fold
+        counts = row
+    else:
+        hot_sql.execute_bound(*hot_sql.combined(statements))
     hot_sql.mark_saved(step, *applied.audit_events, *rows)
     if emitted is not None:
-        for consumer in consumers():
-            consumer(team_id=step.team_id, event_type="step.state_changed", data=emitted, step_id=step.pk)
+        for fold, count in zip(folds, counts, strict=True):
+            fold.written(count)
+        for consumer in called:
+            consumer(**_event_fields(step, emitted))
     return None if emitted is None else emitted["step"]
+
+
+def _event_fields(step: Step, data: dict[str, Any]) -> dict[str, Any]:
+    return {"team_id": step.team_id, "event_type": "step.state_changed", "data": data, "step_id": step.pk}
 
 
 # --- the attempt gate -----------------------------------------------------------------------

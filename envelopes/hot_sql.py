@@ -186,15 +186,37 @@ def _update_fields(model: type[models.Model], names: tuple[str, ...] | None) -> 
     return tuple(by_name[name] for name in names)
 
 
-def combined(statements: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+def combined(
+    statements: Sequence[tuple[str, list[Any]]], counted: Sequence[tuple[str, list[Any]]] = ()
+) -> tuple[str, list[Any]]:
     """Several INSERTs and UPDATEs as one statement, one round trip: all but the last become
-    data-modifying WITH queries, which PostgreSQL runs whether or not anything reads them."""
-    *first, (last_sql, last_params) = statements
-    if not first:
+    data-modifying WITH queries, which PostgreSQL runs whether or not anything reads them.
+    `counted`: more of them, each ending in RETURNING, whose row counts the statement answers
+    (one row, a count each, in their order; run it with `fetchone_bound`)."""
+    if counted:
+        head = [*statements, *counted]
+        first = len(statements)
+        tail = ", ".join(f"(SELECT count(*) FROM w{first + index})" for index in range(len(counted)))  # noqa: S608
+        statements = [*head, (f"SELECT {tail}", [])]
+    *first_statements, (last_sql, last_params) = statements
+    if not first_statements:
         return last_sql, list(last_params)
-    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first))
-    params = [param for _, statement_params in first for param in statement_params]
+    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first_statements))
+    params = [param for _, statement_params in first_statements for param in statement_params]
     return f"WITH {parts} {last_sql}", [*params, *last_params]
+
+
+def positional(sql: str, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """A statement with `%(name)s` placeholders as one with `%s` and its values in their order (a
+    name used twice is given twice), to be `combined` with others."""
+    names: list[str] = []
+
+    def unnamed(match: re.Match[str]) -> str:
+        assert match.group(1), "a %s among named placeholders"
+        names.append(match.group(1))
+        return "%s"
+
+    return _PLACEHOLDER.sub(unnamed, sql), [params[name] for name in names]
 
 
 def execute_bound(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> int:

@@ -8,6 +8,8 @@ class WebhooksConfig(AppConfig):
     def ready(self) -> None:
         from envelopes import events
 
-        from .outbox import event_emit
+        from .outbox import event_emit, event_fold
 
-        events.subscribe(event_emit)  # the webhook consumer of the core's event stream (§5)
+        # The webhook consumer of the core's event stream (§5); the hot path folds its INSERT into
+        # the statement that writes the event.
+        events.subscribe(event_emit, fold=event_fold)
