@@ -243,6 +243,7 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
     statements = [hot_sql.insert(step) if applied.created else hot_sql.update(step)]
     statements += [hot_sql.insert(row) for row in [*applied.audit_events, *rows]]
     emitted: dict[str, Any] | None = None
+    handed: dict[str, Any] = {}  # the event as events.event_emit hands it to its consumers
     folds: list[Fold] = []
     called: list[Consumer] = []
     if outcome.changed:
@@ -256,33 +257,27 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
             created_at=timezone.now(),
         )
         statements.append(hot_sql.insert(event))
-        # The consumers, as events.event_emit hands the event over: those that can, in this
-        # statement (the webhook outbox), the others called once it is written.
+        handed = {"team_id": step.team_id, "event_type": event.type, "data": emitted, "step_id": step.pk}
+        # The consumers that can do their work in this statement (the webhook outbox) do; the
+        # others are called once it is written.
         for consumer in consumers():
             folder = folder_of(consumer)
-            fold = folder(**_event_fields(step, emitted)) if folder else None
+            fold = folder(**handed) if folder else None
             if fold is None:
                 called.append(consumer)
             else:
                 folds.append(fold)
-    counts: tuple[Any, ...] = ()
     if folds:
-        row = hot_sql.fetchone_bound(*hot_sql.combined(statements, [(f.sql, f.params) for f in folds]))
-        assert row is not None  # one count per fold
-        counts = row
+        counts = hot_sql.fetchone_bound(*hot_sql.combined(statements, [(f.sql, f.params) for f in folds]))
     else:
+        counts = ()
         hot_sql.execute_bound(*hot_sql.combined(statements))
     hot_sql.mark_saved(step, *applied.audit_events, *rows)
-    if emitted is not None:
-        for fold, count in zip(folds, counts, strict=True):
-            fold.written(count)
-        for consumer in called:
-            consumer(**_event_fields(step, emitted))
+    for fold, count in zip(folds, counts or (), strict=True):  # one count per fold
+        fold.written(count)
+    for consumer in called:
+        consumer(**handed)
     return None if emitted is None else emitted["step"]
-
-
-def _event_fields(step: Step, data: dict[str, Any]) -> dict[str, Any]:
-    return {"team_id": step.team_id, "event_type": "step.state_changed", "data": data, "step_id": step.pk}
 
 
 # --- the attempt gate -----------------------------------------------------------------------

@@ -194,15 +194,14 @@ def combined(
     `counted`: more of them, each ending in RETURNING, whose row counts the statement answers
     (one row, a count each, in their order; run it with `fetchone_bound`)."""
     if counted:
-        head = [*statements, *counted]
-        first = len(statements)
-        tail = ", ".join(f"(SELECT count(*) FROM w{first + index})" for index in range(len(counted)))  # noqa: S608
-        statements = [*head, (f"SELECT {tail}", [])]
-    *first_statements, (last_sql, last_params) = statements
-    if not first_statements:
+        offset = len(statements)
+        counts = ", ".join(f"(SELECT count(*) FROM w{offset + index})" for index in range(len(counted)))  # noqa: S608
+        statements = [*statements, *counted, (f"SELECT {counts}", [])]
+    *first, (last_sql, last_params) = statements
+    if not first:
         return last_sql, list(last_params)
-    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first_statements))
-    params = [param for _, statement_params in first_statements for param in statement_params]
+    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(first))
+    params = [param for _, statement_params in first for param in statement_params]
     return f"WITH {parts} {last_sql}", [*params, *last_params]
 
 
