@@ -13,8 +13,10 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
+
+from envelopes.after_response import on_commit_later
 
 from .models import MAX_REMINDERS, Channel, Notice, Watch
 
@@ -194,7 +196,7 @@ def _enqueue_if_sendable(channels: list[Channel], now: datetime) -> None:
     batching window beat's sweep sends the digest at the window's end (a burst of events is
     one enqueue per window, not one per event)."""
     if any(channel.window_ends_at is None or channel.window_ends_at <= now for channel in channels):
-        transaction.on_commit(enqueue_notify)
+        on_commit_later(enqueue_notify)
 
 
 def _halt_notices(*, team_id: int, data: dict[str, Any]) -> int:

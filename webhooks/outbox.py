@@ -11,10 +11,11 @@ from typing import Any
 
 from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from envelopes import hot_sql
+from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
 
 from .models import OutboxMessage, WebhookEndpoint
@@ -35,7 +36,8 @@ def event_emit(
     event stream's consumers get one) is written, on PostgreSQL, by one statement that reads
     the endpoints and inserts the messages. Once the caller's transaction commits, a delivery
     task is enqueued to cut the wait; the beat sweep delivers the messages anyway if that
-    enqueue is lost."""
+    enqueue is lost. In a request the enqueue waits until the response is sent
+    (envelopes.after_response)."""
     if connection.vendor == "postgresql" and not callable(data):
         queued = _queue_in_one_statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
     else:
@@ -139,8 +141,8 @@ def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: 
 
 
 def _queued(count: int) -> None:
-    if count:
-        transaction.on_commit(enqueue_delivery)
+    if count:  # after commit, and after the response: the caller need not wait for it
+        on_commit_later(enqueue_delivery)
 
 
 # While this key exists a delivery task is queued and has not started yet: it will claim every

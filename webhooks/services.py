@@ -8,6 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from envelopes.after_response import on_commit_later
 from envelopes.models import Team
 
 from . import ssrf
@@ -71,7 +72,7 @@ def message_redeliver(*, message: OutboxMessage, now: datetime | None = None) ->
         locked.dead_reason = ""
         locked.next_try_at = now
         locked.save(update_fields=["status", "dead_reason", "next_try_at"])
-    transaction.on_commit(_enqueue_delivery_quietly)
+    on_commit_later(_enqueue_delivery_quietly)
     return locked
 
 
