@@ -36,6 +36,7 @@ import profile_ingest as base  # bench/ is on sys.path when run as a script; it 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import Client
 
+AFTER = "after the response: delivery mark, enqueue"
 _spent: dict[str, float] = defaultdict(float)
 _depth = [0]
 
@@ -66,6 +67,7 @@ def instrument() -> list[tuple[str, bool]]:
     from rest_framework.request import Request
 
     from envelopes import after_response, api, auth, hot, hot_sql, schema, services
+    from webhooks import outbox
 
     phases = [
         (auth.ApiKeyAuthentication, "authenticate", "auth: the key lookup", True),
@@ -79,9 +81,15 @@ def instrument() -> list[tuple[str, bool]]:
         (hot, "event_plan", "  state machine + audit hash", False),
         (hot, "envelope_build", "  envelope row built", False),
         (hot, "_write", "  the write (1 statement)", False),
+        (hot_sql, "insert", "    rows' values (hot_sql.insert)", False),
+        (hot_sql, "update", "    step's values (hot_sql.update)", False),
+        (hot, "step_representation", "    the event's step shape", False),
+        (outbox, "_statement", "    the outbox message (its JSON body)", False),
         (hot_sql, "combined", "    statement text + values", False),
+        (hot_sql, "fetchone_bound", "SQL sent and answered (every hot statement)", False),
+        (hot_sql, "execute_bound", "SQL sent and answered (every hot statement)", False),
         (BaseDatabaseWrapper, "commit", "  COMMIT", False),
-        (after_response, "_run", "after the response: delivery mark, enqueue", True),
+        (after_response, "_run", AFTER, True),
         (services.IngestAnswer, "as_dict", "answer: as_dict", True),
         (services.AttemptGrant, "as_dict", "answer: as_dict", True),
         (JSONRenderer, "render", "answer: JSON render", True),
@@ -125,6 +133,7 @@ def main() -> None:
         call(client, key)
     per_phase: dict[str, list[float]] = defaultdict(list)
     totals: list[float] = []
+    answered: list[float] = []  # the request without the work after its response
     cpu_start = time.process_time()
     for _ in range(args.requests):
         _spent.clear()
@@ -132,6 +141,7 @@ def main() -> None:
         call(client, key)
         total = time.perf_counter() - start
         totals.append(total)
+        answered.append(total - _spent.get(AFTER, 0.0))
         if args.worker_started:
             delivery_pending_clear()
         for name, _top in names:
@@ -143,6 +153,7 @@ def main() -> None:
         f"one {what} in-process, {args.requests} requests: median {1000 * statistics.median(totals):.3f} ms wall,"
         f" mean {1000 * cpu:.3f} ms CPU of this process (the test client's included)"
     )
+    print(f"  until the response, without the work after it: median {1000 * statistics.median(answered):.3f} ms")
     print(f"{'phase':<44} {'median ms':>10} {'mean ms':>9}")
     for name, _top in [*names, ("other", True)]:
         values = per_phase[name]
