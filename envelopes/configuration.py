@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .audit import audit_append
+from .auth import api_keys_changed
 from .models import TOOL_NAME_RE, ApiKey, AuditEvent, ErrorCode, Team, Tool
 from .services import tool_get_or_register
 
@@ -58,8 +59,11 @@ def api_key_create(*, team: Team, name: str) -> NewApiKey:
 
 def api_keys_revoke(keys: QuerySet[ApiKey], *, now: datetime | None = None) -> int:
     """Revoke the active keys among `keys`; returns how many. The next request with one of
-    them answers 401 (keys are looked up on every request, never cached)."""
-    return keys.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+    them answers 401: the processes that remember it read it again (envelopes.auth)."""
+    revoked = keys.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+    if revoked:
+        api_keys_changed()
+    return revoked
 
 
 def tool_name_check(name: str) -> None:

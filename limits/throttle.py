@@ -6,6 +6,11 @@ had, this one included. With a Redis cache (`CACHE_URL=redis://…`) it is one r
 `limits_throttlewindow`, which `migrate` creates. Both are atomic, so N processes together
 admit at most the limit.
 
+The same round trip can read a shared token (`window_hit_and_token`): a value in Redis that
+changes whenever what a process remembered must be read again (`token_read`, `token_renew`).
+`envelopes.auth` remembers active API keys that way, and checks them against the token with each
+request's hit.
+
 Redis is an optimisation, not a dependency: when it cannot be reached the hit is not counted
 (`None`: the caller lets the request through), a warning is logged at most once a minute per
 process, and Redis is not tried again for a few seconds, so an outage costs no request a
@@ -15,6 +20,7 @@ connection timeout each.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -42,28 +48,72 @@ def window_hit(key: str, bucket: int, length_s: int) -> int | None:
     return _database_hit(key, bucket)
 
 
+def window_hit_and_token(key: str, bucket: int, length_s: int, token: str) -> tuple[int, int | None] | None:
+    """`window_hit`, and in the same round trip the shared token `token` (None when it is not
+    set). None when the cache is not Redis or cannot be reached: nothing was counted then."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return None
+    answer = _redis_call(
+        backend,
+        _HIT_AND_TOKEN,
+        [f"throttle:{key}:{bucket}", _TOKEN_KEY.format(token)],
+        [length_s + 1],
+    )
+    if answer is None:
+        return None
+    hits, value = answer
+    return int(hits), None if value is None else int(value)
+
+
+def token_read(token: str) -> int | None:
+    """The shared token `token`, set to a fresh value if it has none; None when the cache is not
+    Redis or cannot be reached."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return None
+    value = _redis_call(backend, _TOKEN_READ, [_TOKEN_KEY.format(token)], [secrets.randbits(62)])
+    return None if value is None else int(value)
+
+
+def token_renew(token: str) -> bool:
+    """Give the shared token `token` a new value: whatever was remembered under the old one is
+    read again. False when the cache is not Redis or cannot be reached."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return False
+    return _redis_call(backend, _TOKEN_RENEW, [_TOKEN_KEY.format(token)], [secrets.randbits(62)]) is not None
+
+
 def _redis_hit(backend: RedisCache, key: str, bucket: int, length_s: int) -> int | None:
+    # The window's key lives a little longer than the window; a later window is a new key.
+    hits = _redis_call(backend, _HIT, [f"throttle:{key}:{bucket}"], [length_s + 1])
+    return None if hits is None else int(hits)
+
+
+def _redis_call(backend: RedisCache, script: str, keys: list[str], args: list[Any]) -> Any:
+    """Run one of the scripts here on the cache's Redis (one round trip); None when Redis is
+    down, or was down less than RETRY_REDIS_AFTER_S ago (a warning at most once a minute)."""
     global _redis_down_until, _last_warning
     now = time.monotonic()
     if now < _redis_down_until:
         return None
-    full_key = backend.make_and_validate_key(f"throttle:{key}:{bucket}")
+    full_keys = [backend.make_and_validate_key(key) for key in keys]
     try:
         # RedisCache._cache is Django's client (config.cache.ReusingRedisCacheClient here).
-        client: Any = backend._cache.get_client(full_key, write=True)  # type: ignore[attr-defined]
-        # The window's key lives a little longer than the window; a later window is a new key.
-        hits = _hit_script(client)(keys=[full_key], args=[length_s + 1])
+        client: Any = backend._cache.get_client(full_keys[0], write=True)  # type: ignore[attr-defined]
+        return _script(client, script)(keys=full_keys, args=args)
     except RedisError as error:
         _redis_down_until = now + RETRY_REDIS_AFTER_S
         if now - _last_warning >= WARN_EVERY_S or _last_warning == 0.0:
             _last_warning = now
             logger.warning(
-                "throttle: the Redis cache cannot be reached (%s: %s); API calls are not rate-limited until it answers",
+                "throttle: the Redis cache cannot be reached (%s: %s); API calls are not rate-limited, and API keys"
+                " are read from the database on every call, until it answers",
                 type(error).__name__,
                 error,
             )
         return None
-    return int(hits)
 
 
 # INCR, and the window's expiry set by the hit that created the key: one command, atomic (a
@@ -73,14 +123,34 @@ local hits = redis.call('INCR', KEYS[1])
 if hits == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return hits
 """
-_scripts: dict[int, Any] = {}
+# The same, and the value of a shared token (KEYS[2]).
+_HIT_AND_TOKEN = """
+local hits = redis.call('INCR', KEYS[1])
+if hits == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return {hits, redis.call('GET', KEYS[2])}
+"""
+# A token read, set first to ARGV[1] if it has no value (a new or flushed Redis).
+_TOKEN_READ = """
+local value = redis.call('GET', KEYS[1])
+if not value then
+    value = ARGV[1]
+    redis.call('SET', KEYS[1], value)
+end
+return value
+"""
+_TOKEN_RENEW = """
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+_TOKEN_KEY = "token:{}"
+_scripts: dict[tuple[int, str], Any] = {}
 
 
-def _hit_script(client: Any) -> Any:
-    """The hit as a registered script of this client (EVALSHA; redis-py loads it if needed)."""
-    script = _scripts.get(id(client))
+def _script(client: Any, text: str) -> Any:
+    """`text` as a registered script of this client (EVALSHA; redis-py loads it if needed)."""
+    script = _scripts.get((id(client), text))
     if script is None:
-        script = _scripts.setdefault(id(client), client.register_script(_HIT))
+        script = _scripts.setdefault((id(client), text), client.register_script(text))
     return script
 
 
