@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from envelopes.models import IdempotencyRecord, Team
 from tests.conftest import AgentClient, error_envelope, fingerprint
+from tests.perf.rows import door
 from webhooks.services import endpoint_create
 
 pytestmark = [
@@ -19,24 +20,28 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the hot path runs on PostgreSQL only"),
 ]
 
-# The key, the claim, BEGIN, the claim's hold, SAVEPOINT and RELEASE around the hot path, its
-# read, its write, the outbox, the stored answer, COMMIT.
-IDEMPOTENT_MAX = 11
+# After the door (rows.door: the key and the throttle): the claim, BEGIN, the claim's hold,
+# SAVEPOINT and RELEASE around the hot path, its read, its write (the outbox folded in), the
+# stored answer, COMMIT. Door included, the figure was 11.
+IDEMPOTENT_MAX = 9
 
 
 @pytest.fixture
-def endpoint(team: Team, settings):  # type: ignore[no-untyped-def]
+def endpoint(team: Team, settings, monkeypatch):  # type: ignore[no-untyped-def]
     settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
+    # The delivery's enqueue runs after the response (tests/envelopes/test_after_response.py);
+    # with the database cache its pending mark is SQL, which the test client would count here.
+    monkeypatch.setattr("webhooks.outbox.enqueue_delivery", lambda: None)
     return endpoint_create(team=team, url="http://127.0.0.1:9/hook").endpoint
 
 
-def test_an_ingest_with_a_key_is_at_most_11_statements_and_replays(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_an_ingest_with_a_key_is_at_most_9_statements_past_the_door_and_replays(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
     agent.envelope(error_envelope(operation_ref="warm-up"), HTTP_IDEMPOTENCY_KEY="k0")
 
     with CaptureQueriesContext(connection) as captured:
         first = agent.envelope(error_envelope(operation_ref="new-1"), HTTP_IDEMPOTENCY_KEY="k1")
     assert first.status_code == 201, first.content
-    assert len(captured.captured_queries) <= IDEMPOTENT_MAX, [q["sql"][:80] for q in captured.captured_queries]
+    assert len(captured.captured_queries) <= IDEMPOTENT_MAX + door(), [q["sql"][:80] for q in captured.captured_queries]
     claims = [q["sql"] for q in captured.captured_queries if "ON CONFLICT DO NOTHING" in q["sql"]]
     assert len(claims) == 1 and "set_config('synchronous_commit', 'off', true)" in claims[0]
 
@@ -46,7 +51,7 @@ def test_an_ingest_with_a_key_is_at_most_11_statements_and_replays(agent: AgentC
     assert (record.status, record.response) == (201, first.json())
 
 
-def test_a_grant_with_a_key_is_at_most_11_statements(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_a_grant_with_a_key_is_at_most_9_statements_past_the_door(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
     agent.attempt("warm-up", tool="send_email", fingerprint=fingerprint("w"), headers={"HTTP_IDEMPOTENCY_KEY": "g0"})
 
     with CaptureQueriesContext(connection) as captured:
@@ -54,7 +59,7 @@ def test_a_grant_with_a_key_is_at_most_11_statements(agent: AgentClient, endpoin
             "gate-1", tool="send_email", fingerprint=fingerprint("g"), headers={"HTTP_IDEMPOTENCY_KEY": "g1"}
         )
     assert granted.status_code == 201, granted.content
-    assert len(captured.captured_queries) <= IDEMPOTENT_MAX, [q["sql"][:80] for q in captured.captured_queries]
+    assert len(captured.captured_queries) <= IDEMPOTENT_MAX + door(), [q["sql"][:80] for q in captured.captured_queries]
 
 
 def test_the_claims_synchronous_commit_off_ends_with_its_transaction(agent: AgentClient, team: Team) -> None:
