@@ -38,27 +38,18 @@ from django.test import Client
 
 AFTER = "after the response: delivery mark, enqueue"
 _spent: dict[str, float] = defaultdict(float)
-_depth = [0]
 
 
-def _timed(name: str, function: Callable[..., Any], *, top: bool) -> Callable[..., Any]:
+def _timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
-        if top:
-            _depth[0] += 1
         try:
             return function(*args, **kwargs)
         finally:
-            if top:
-                _depth[0] -= 1
             _spent[name] += time.perf_counter() - start
 
     return wrapper
-
-
-def _patch(owner: Any, attribute: str, name: str, *, top: bool = False) -> None:
-    setattr(owner, attribute, _timed(name, getattr(owner, attribute), top=top))
 
 
 def instrument() -> list[tuple[str, bool]]:
@@ -94,9 +85,9 @@ def instrument() -> list[tuple[str, bool]]:
         (services.AttemptGrant, "as_dict", "answer: as_dict", True),
         (JSONRenderer, "render", "answer: JSON render", True),
     ]
-    for owner, attribute, name, top in phases:
+    for owner, attribute, name, _top in phases:
         if hasattr(owner, attribute):
-            _patch(owner, attribute, name, top=top)
+            setattr(owner, attribute, _timed(name, getattr(owner, attribute)))
     seen: dict[str, bool] = {}
     for _, _, name, top in phases:
         seen.setdefault(name, top)

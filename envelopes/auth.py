@@ -66,14 +66,9 @@ def _key_sql() -> tuple[str, list[str], list[str]]:
     return sql, key_fields, team_fields
 
 
-def active_key(key_hash: str) -> ApiKey | None:
-    """The active (unrevoked) key of that hash, with its team: one indexed read (key_hash is
-    unique), the same rows `ApiKey.objects.active().select_related("team")` would give."""
-    row = _key_row(key_hash)
-    return None if row is None else _key_of(row)
-
-
 def _key_row(key_hash: str) -> tuple[Any, ...] | None:
+    """The active (unrevoked) key of that hash with its team's columns: one indexed read
+    (key_hash is unique), the rows `ApiKey.objects.active().select_related("team")` would give."""
     sql, _, _ = _key_sql()
     return hot_sql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
 
@@ -174,17 +169,26 @@ class ApiKeyRateThrottle(throttling.BaseThrottle):
 
     def window_subject(self, request: Request) -> str | None:
         """Whose window this request counts in, or None when this throttle does not count it."""
-        return f"{self.scope}:{request.auth.pk}" if isinstance(request.auth, ApiKey) else None
+        return self._key_subject(request.auth) if isinstance(request.auth, ApiKey) else None
+
+    @classmethod
+    def _key_subject(cls, key: ApiKey) -> str:
+        return f"{cls.scope}:{key.pk}"
+
+    @classmethod
+    def _rate(cls) -> tuple[int, int]:
+        """(the limit, the window's length in seconds)."""
+        return parse_rate(cls.rate or api_settings.DEFAULT_THROTTLE_RATES[cls.scope])
 
     @classmethod
     def count_first(cls, request: Request, key: ApiKey) -> int | None:
         """Count the call in `key`'s window before the key is authenticated, and read the keys'
         shared token in the same round trip (envelopes.auth's remembered keys); the token, or
         None when nothing could be counted. `allow_request` then uses this count."""
-        _, length_s = parse_rate(cls.rate or api_settings.DEFAULT_THROTTLE_RATES[cls.scope])
+        _, length_s = cls._rate()
         now = time.time()
         bucket = int(now // length_s)
-        subject = f"{cls.scope}:{key.pk}"
+        subject = cls._key_subject(key)
         answer = window_hit_and_token(subject, bucket, length_s, KEYS_TOKEN)
         if answer is None:
             return None
@@ -196,7 +200,7 @@ class ApiKeyRateThrottle(throttling.BaseThrottle):
         subject = self.window_subject(request)
         if subject is None:
             return True
-        limit, length_s = parse_rate(self.rate or api_settings.DEFAULT_THROTTLE_RATES[self.scope])
+        limit, length_s = self._rate()
         counted: _Counted | None = getattr(request, "_holdpoint_counted", None)
         hits: int | None
         if counted is not None and (counted.subject, counted.length_s) == (subject, length_s):

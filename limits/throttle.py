@@ -51,8 +51,8 @@ def window_hit(key: str, bucket: int, length_s: int) -> int | None:
 def window_hit_and_token(key: str, bucket: int, length_s: int, token: str) -> tuple[int, int | None] | None:
     """`window_hit`, and in the same round trip the shared token `token` (None when it is not
     set). None when the cache is not Redis or cannot be reached: nothing was counted then."""
-    backend = caches["default"]
-    if not isinstance(backend, RedisCache):
+    backend = _redis_backend()
+    if backend is None:
         return None
     answer = _redis_call(
         backend,
@@ -69,8 +69,8 @@ def window_hit_and_token(key: str, bucket: int, length_s: int, token: str) -> tu
 def token_read(token: str) -> int | None:
     """The shared token `token`, set to a fresh value if it has none; None when the cache is not
     Redis or cannot be reached."""
-    backend = caches["default"]
-    if not isinstance(backend, RedisCache):
+    backend = _redis_backend()
+    if backend is None:
         return None
     value = _redis_call(backend, _TOKEN_READ, [_TOKEN_KEY.format(token)], [secrets.randbits(62)])
     return None if value is None else int(value)
@@ -79,10 +79,16 @@ def token_read(token: str) -> int | None:
 def token_renew(token: str) -> bool:
     """Give the shared token `token` a new value: whatever was remembered under the old one is
     read again. False when the cache is not Redis or cannot be reached."""
-    backend = caches["default"]
-    if not isinstance(backend, RedisCache):
+    backend = _redis_backend()
+    if backend is None:
         return False
     return _redis_call(backend, _TOKEN_RENEW, [_TOKEN_KEY.format(token)], [secrets.randbits(62)]) is not None
+
+
+def _redis_backend() -> RedisCache | None:
+    """The default cache when it is Redis (CACHE_URL=redis://…): the shared tokens need it."""
+    backend = caches["default"]
+    return backend if isinstance(backend, RedisCache) else None
 
 
 def _redis_hit(backend: RedisCache, key: str, bucket: int, length_s: int) -> int | None:
