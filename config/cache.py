@@ -1,23 +1,38 @@
-"""Django's Redis cache, with one Redis client per connection pool instead of one per call.
+"""Django's Redis cache, with one Redis client per connection pool instead of one per call, and
+each thread's own connection for the calls an agent waits on.
 
 Django's `RedisCacheClient.get_client` builds a new `redis.Redis` for every cache operation,
 and building one copies redis-py's table of ~170 response callbacks: measured on the ingest
 path (bench/profile_ingest.py), the two throttle operations spent ~0.8 ms of CPU per request
 building clients. A `redis.Redis` over a `ConnectionPool` is safe to share between threads
 (each command borrows a connection from the pool), so one per pool is kept and reused.
+
+Even reused, redis-py 8's client costs more CPU around a command than the command's own round
+trip: borrowing and returning a pooled connection, its retry and observability layers, the
+script wrapper. The throttle's script took 150 µs of CPU through it and 45 µs on a bare
+connection (bench/README.md, issue 14's fifth round). The API pays that on every call (the
+throttle's script) and on every event (the webhook delivery's mark, `add`), so those go
+through `command` and `script`: each thread's own connection, with the pool's settings
+(address, database, password, timeouts) and no pool to borrow from. A connection that fails
+mid-command is closed; the next command opens a new one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
 
 class ReusingRedisCacheClient(RedisCacheClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._clients: dict[int, Any] = {}
+        self._local = threading.local()
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
         # _get_connection_pool and _client are RedisCacheClient's own (private in django-stubs).
@@ -27,8 +42,69 @@ class ReusingRedisCacheClient(RedisCacheClient):
             client = self._clients.setdefault(id(pool), self._client(connection_pool=pool))  # type: ignore[attr-defined]
         return client
 
+    def command(self, *args: Any) -> Any:
+        """One command on this thread's connection to the primary; its parsed reply. An error
+        reply raises redis-py's ResponseError; a connection that fails is closed, and raises."""
+        connection = self._thread_connection()
+        try:
+            connection.send_command(*args)
+            return connection.read_response()
+        except ResponseError:
+            raise  # an error reply, read whole: the connection is still in step
+        except BaseException:
+            connection.disconnect()
+            raise
+
+    def script(self, text: str, keys: list[str], args: list[Any]) -> Any:
+        """Run the Lua script `text` (EVALSHA; EVAL the first time a server lacks it, which
+        loads it there)."""
+        try:
+            return self.command("EVALSHA", _sha1(text), len(keys), *keys, *args)
+        except NoScriptError:
+            return self.command("EVAL", text, len(keys), *keys, *args)
+
+    def add(self, key: Any, value: Any, timeout: Any) -> bool:
+        if timeout == 0:  # Django's own dance: set if absent, then delete at once
+            return bool(super().add(key, value, timeout))
+        expiry = [] if timeout is None else ["EX", timeout]
+        return self.command("SET", key, self._serializer.dumps(value), "NX", *expiry) is not None  # type: ignore[attr-defined]
+
+    def _thread_connection(self) -> Any:
+        """This thread's connection, connected and with nothing to read: as redis-py's pool
+        checks one it lends, a connection the server closed (a restart, an idle timeout) or
+        that holds an unread reply is opened again."""
+        local = self._local
+        connection = getattr(local, "connection", None)
+        if connection is None or local.pid != os.getpid():  # a forked child opens its own
+            pool = self._get_connection_pool(True)  # type: ignore[attr-defined]
+            connection = local.connection = pool.connection_class(**pool.connection_kwargs)
+            local.pid = os.getpid()
+        try:
+            connection.connect()  # nothing to do when connected
+            if connection.can_read():
+                raise ConnectionError("Connection has data")
+        except (ConnectionError, TimeoutError, OSError):
+            connection.disconnect()
+            connection.connect()
+        return connection
+
+
+_shas: dict[str, str] = {}
+
+
+def _sha1(text: str) -> str:
+    sha = _shas.get(text)
+    if sha is None:
+        sha = _shas.setdefault(text, hashlib.sha1(text.encode()).hexdigest())  # noqa: S324 (Redis names scripts so)
+    return sha
+
 
 class HoldpointRedisCache(RedisCache):
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = ReusingRedisCacheClient
+
+    @property
+    def client(self) -> ReusingRedisCacheClient:
+        """Django's client of this cache (RedisCache._cache, private in django-stubs)."""
+        return self._cache  # type: ignore[return-value]

@@ -25,9 +25,10 @@ import time
 from typing import Any
 
 from django.core.cache import caches
-from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from redis.exceptions import RedisError
+
+from config.cache import HoldpointRedisCache
 
 from .models import ThrottleWindow
 
@@ -42,8 +43,8 @@ _last_warning = 0.0
 
 def window_hit(key: str, bucket: int, length_s: int) -> int | None:
     """Count one hit in window `bucket` of `key`; the window's total, or None if not counted."""
-    backend = caches["default"]
-    if isinstance(backend, RedisCache):
+    backend = _redis_backend()
+    if backend is not None:
         return _redis_hit(backend, key, bucket, length_s)
     return _database_hit(key, bucket)
 
@@ -85,30 +86,31 @@ def token_renew(token: str) -> bool:
     return _redis_call(backend, _TOKEN_RENEW, [_TOKEN_KEY.format(token)], [secrets.randbits(62)]) is not None
 
 
-def _redis_backend() -> RedisCache | None:
-    """The default cache when it is Redis (CACHE_URL=redis://…): the shared tokens need it."""
+def _redis_backend() -> HoldpointRedisCache | None:
+    """The default cache when it is Redis (CACHE_URL=redis://…, config.cache): the shared
+    tokens need it."""
     backend = caches["default"]
-    return backend if isinstance(backend, RedisCache) else None
+    return backend if isinstance(backend, HoldpointRedisCache) else None
 
 
-def _redis_hit(backend: RedisCache, key: str, bucket: int, length_s: int) -> int | None:
+def _redis_hit(backend: HoldpointRedisCache, key: str, bucket: int, length_s: int) -> int | None:
     # The window's key lives a little longer than the window; a later window is a new key.
     hits = _redis_call(backend, _HIT, [f"throttle:{key}:{bucket}"], [length_s + 1])
     return None if hits is None else int(hits)
 
 
-def _redis_call(backend: RedisCache, script: str, keys: list[str], args: list[Any]) -> Any:
-    """Run one of the scripts here on the cache's Redis (one round trip); None when Redis is
-    down, or was down less than RETRY_REDIS_AFTER_S ago (a warning at most once a minute)."""
+def _redis_call(backend: HoldpointRedisCache, script: str, keys: list[str], args: list[Any]) -> Any:
+    """Run one of the scripts here on the cache's Redis (one round trip, on this thread's own
+    connection); None when Redis is down, or was down less than RETRY_REDIS_AFTER_S ago (a
+    warning at most once a minute)."""
     global _redis_down_until, _last_warning
     now = time.monotonic()
     if now < _redis_down_until:
         return None
-    full_keys = [backend.make_and_validate_key(key) for key in keys]
+    # make_key, not make_and_validate_key: these keys are this module's own ASCII names.
+    full_keys = [backend.make_key(key) for key in keys]
     try:
-        # RedisCache._cache is Django's client (config.cache.ReusingRedisCacheClient here).
-        client: Any = backend._cache.get_client(full_keys[0], write=True)  # type: ignore[attr-defined]
-        return _script(client, script)(keys=full_keys, args=args)
+        return backend.client.script(script, full_keys, args)
     except RedisError as error:
         _redis_down_until = now + RETRY_REDIS_AFTER_S
         if now - _last_warning >= WARN_EVERY_S or _last_warning == 0.0:
@@ -149,15 +151,6 @@ redis.call('SET', KEYS[1], ARGV[1])
 return 1
 """
 _TOKEN_KEY = "token:{}"
-_scripts: dict[tuple[int, str], Any] = {}
-
-
-def _script(client: Any, text: str) -> Any:
-    """`text` as a registered script of this client (EVALSHA; redis-py loads it if needed)."""
-    script = _scripts.get((id(client), text))
-    if script is None:
-        script = _scripts.setdefault((id(client), text), client.register_script(text))
-    return script
 
 
 _UPSERT: str | None = None

@@ -44,6 +44,9 @@ def test_the_work_waits_for_the_commit_and_is_dropped_with_a_rollback() -> None:
     assert ran == ["committed"]
 
 
+# request_started runs Django's close_old_connections, which checks a connection an earlier
+# test of this process left open: database access must be allowed.
+@pytest.mark.django_db
 def test_a_piece_that_fails_is_logged_and_the_next_still_runs(caplog: pytest.LogCaptureFixture) -> None:
     from django.core.signals import request_finished, request_started
 
@@ -62,6 +65,9 @@ def test_a_piece_that_fails_is_logged_and_the_next_still_runs(caplog: pytest.Log
     assert "broker down" in caplog.text
 
 
+# request_started runs Django's close_old_connections, which checks a connection an earlier
+# test of this process left open: database access must be allowed.
+@pytest.mark.django_db
 def test_work_of_a_request_never_closed_runs_when_the_next_one_starts() -> None:
     from django.core.signals import request_finished, request_started
 
