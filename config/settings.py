@@ -111,6 +111,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _sqlite_file = Path(DATABASES["default"]["NAME"])
     DATABASES["default"]["TEST"] = {"NAME": str(_sqlite_file.with_name(f"test-{_sqlite_file.name}"))}
 else:
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, with the per-request health check made without a round trip while nothing
+        # has come from the server (config/postgresql/base.py).
+        DATABASES["default"]["ENGINE"] = "config.postgresql"
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
     # The agent API's hot statements (envelopes/hot_sql.py) are prepared by psycopg the third

@@ -264,6 +264,9 @@ def _bound_cursor(
     else:
         assert not any(names), "positional values for named placeholders"
         values = params
+    # As Django's own cursors begin: the per-request health check (CONN_HEALTH_CHECKS), so a
+    # connection the server closed since the last request is replaced, not used and failed.
+    db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
     wrapper = _BoundDebugWrapper if db.queries_logged else CursorWrapper
