@@ -708,7 +708,7 @@ def verdict(
     name: str, result: Figures, floor: Figures, rounds: dict[str, list[Round]], args: argparse.Namespace
 ) -> bool:
     """The issue's target for one target against the floor: printed, and True when met."""
-    target_ratio = TARGET_RATIOS.get(name, args.target_ratio)
+    target_ratio = TARGET_RATIOS.get(name.removesuffix("-b"), args.target_ratio)  # -b: bench/run --compare
     ratio = result.rate / floor.rate
     pairs = [
         figures([mine]).rate / figures([theirs]).rate

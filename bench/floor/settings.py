@@ -23,6 +23,10 @@ MIDDLEWARE: list[str] = []
 DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+if os.environ.get("BENCH_FLOOR_ENGINE", "django") == "app":
+    # The app's PostgreSQL backend: its health check polls the socket where Django's sends
+    # SELECT 1 (config/postgresql/base.py). By default the floor is Django as it ships.
+    DATABASES["default"]["ENGINE"] = "config.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
