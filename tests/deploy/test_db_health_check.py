@@ -17,7 +17,7 @@ from django.db.backends.postgresql import base as django_postgresql
 from config.postgresql import base as holdpoint_postgresql
 from envelopes.configuration import api_key_create, team_create
 from tests import worker
-from tests.deploy.deployment import admin_connection, gunicorn
+from tests.deploy.deployment import admin_connection, base_environment, gunicorn
 
 CALLS = 24  # each on a new connection, so that every worker takes some
 
@@ -30,14 +30,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_connections_postgresql_closed_answers_every_call() -> None:
     created = api_key_create(team=team_create(slug="acme"), name="agent")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DATABASE_URL": worker.test_database_url(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "SECRET_KEY": "health-check-test",
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "HOLDPOINT_HTTPS": "false",
-    }
+    env = base_environment(worker.test_database_url(), HOLDPOINT_HTTPS="false")
     headers = {"Authorization": f"Bearer {created.raw}"}
     with gunicorn(env, workers=2) as url:
         before = [httpx.get(f"{url}/api/v1/steps", headers=headers, timeout=30).status_code for _ in range(CALLS)]
