@@ -14,7 +14,8 @@ connection (bench/README.md, issue 14's fifth round). The API pays that on every
 throttle's script) and on every event (the webhook delivery's mark, `add`), so those go
 through `command` and `script`: each thread's own connection, with the pool's settings
 (address, database, password, timeouts) and no pool to borrow from. A connection that fails
-mid-command is closed; the next command opens a new one.
+mid-command is closed, and one the server closed meanwhile is found before use (as the pool
+checks one it lends): the next command opens a new one.
 """
 
 from __future__ import annotations
