@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from django.conf import settings
 
 from envelopes.configuration import api_key_create, team_create
 from tests import worker
-from tests.deploy.deployment import gunicorn, manage
+from tests.deploy.deployment import base_environment, gunicorn, manage
 
 CALLS = 24  # each on a new connection, so that every worker takes some
 
@@ -18,15 +17,8 @@ CALLS = 24  # each on a new connection, so that every worker takes some
 @pytest.mark.django_db(transaction=True)
 def test_every_worker_refuses_a_key_revoked_elsewhere() -> None:
     created = api_key_create(team=team_create(slug="acme"), name="agent")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DATABASE_URL": worker.test_database_url(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "CACHE_URL": "redis://127.0.0.1:6379/13",  # the Redis cache: workers remember keys
-        "SECRET_KEY": "revocation-test",
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "HOLDPOINT_HTTPS": "false",
-    }
+    # The Redis cache (a database of its own): workers remember keys.
+    env = base_environment(worker.test_database_url(), CACHE_URL="redis://127.0.0.1:6379/13", HOLDPOINT_HTTPS="false")
     headers = {"Authorization": f"Bearer {created.raw}"}
     with gunicorn(env, workers=3) as url:
         before = [httpx.get(f"{url}/api/v1/steps", headers=headers, timeout=30).status_code for _ in range(CALLS)]

@@ -64,13 +64,11 @@ def test_no_module_of_the_core_imports_an_app_above_it() -> None:
 def test_a_page_of_steps_reads_decisions_and_proposals_in_one_query_each(
     agent, team, make_reviewer, django_assert_num_queries
 ) -> None:  # type: ignore[no-untyped-def]
-    from django.core.cache import caches
-    from django.core.cache.backends.redis import RedisCache
-
     from approvals.services import step_decide
     from envelopes.models import Step
     from envelopes.proposal import input_fingerprint
     from tests.conftest import error_envelope
+    from tests.perf.rows import door
 
     for index in range(3):
         ref, asked = f"op_{index}", {"n": index}
@@ -88,13 +86,9 @@ def test_a_page_of_steps_reads_decisions_and_proposals_in_one_query_each(
         )
     for step in Step.objects.all():
         step_decide(team=team, step_id=step.pk, actor=make_reviewer("rita"), action="approve")
-    # The steps; their decisions with reviewers; their proposals. With the Redis cache (CI) the
-    # throttle counts the call in Redis and the key, read by the calls above, is remembered
-    # (envelopes.auth); without it (the embedded SQLite default) the key is read and the call
-    # counted with one upsert on limits_throttlewindow: statements of the API's door, not of
-    # reading the page.
-    door_statements = 0 if isinstance(caches["default"], RedisCache) else 2
-    with django_assert_num_queries(3 + door_statements):
+    # The steps; their decisions with reviewers; their proposals; and the API's door, none with
+    # the Redis cache (CI), the key's read and the throttle's upsert without it (rows.door).
+    with django_assert_num_queries(3 + door()):
         response = agent.get("/api/v1/steps")
     results = response.json()["results"]
     assert [len(step["decisions"]) for step in results] == [1, 1, 1]

@@ -6,14 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import caches
-from django.core.cache.backends.redis import RedisCache
+
+from config.cache import HoldpointRedisCache
 
 
 def door() -> int:
-    """The statements of the API's door before a call's own: none with the Redis cache (the
-    throttle counts in Redis, and the key, read by an earlier call, is remembered:
-    envelopes.auth), two without it (the key's read, the throttle window's upsert)."""
-    return 0 if isinstance(caches["default"], RedisCache) else 2
+    """The statements of the API's door before a call's own: none with Holdpoint's Redis cache
+    (the throttle counts in Redis, and the key, read by an earlier call, is remembered:
+    envelopes.auth; limits.throttle chooses Redis by the same test), two without it (the key's
+    read, the throttle window's upsert)."""
+    return 0 if isinstance(caches["default"], HoldpointRedisCache) else 2
 
 
 VOLATILE = {"id", "step_id", "step", "envelope_id", "team_id", "operation_ref", "chain", "hash", "prev_hash"}
