@@ -371,11 +371,13 @@ def bench_backends(database: str) -> list[int]:
     return pids
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of the whole machine since boot."""
-    text = _read("/proc/stat") or "cpu 0 0 0 0"
-    values = [int(v) for v in text.splitlines()[0].split()[1:8]]
-    return (sum(values) - values[3] - values[4]) / CLOCK_TICKS  # all but idle and iowait
+def machine_busy() -> tuple[float, float]:
+    """CPU seconds of the whole machine since boot: busy (all but idle, iowait and steal), and
+    stolen (a virtual machine's CPU that its host gave to others)."""
+    text = _read("/proc/stat") or "cpu 0 0 0 0 0 0 0 0"
+    values = [int(v) for v in text.splitlines()[0].split()[1:9]]
+    values += [0] * (8 - len(values))
+    return (sum(values[:7]) - values[3] - values[4]) / CLOCK_TICKS, values[7] / CLOCK_TICKS
 
 
 @dataclass
@@ -384,16 +386,19 @@ class CpuSnapshot:
     postgres: dict[int, float]
     client: float
     busy: float
+    stolen: float
     at: float
 
 
 def cpu_snapshot(target: Target, database: str) -> CpuSnapshot:
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    busy, stolen = machine_busy()
     return CpuSnapshot(
         server=cpu_by_pid(process_tree(target.pid)) if target.pid else {},
         postgres=cpu_by_pid(bench_backends(database)),
         client=usage.ru_utime + usage.ru_stime,
-        busy=machine_busy(),
+        busy=busy,
+        stolen=stolen,
         at=time.perf_counter(),
     )
 
@@ -415,6 +420,10 @@ def cpu_spent(before: CpuSnapshot, after: CpuSnapshot, seen: dict[str, dict[int,
         "postgres": postgres,
         "client": client,
         "other": max(0.0, busy - server - postgres - client),
+        # Neither busy nor stolen: no process had work for a CPU (it waited on locks, the disk,
+        # the network), so the target was not CPU-bound in that round.
+        "idle": max(0.0, (after.at - before.at) * (os.cpu_count() or 1) - busy - (after.stolen - before.stolen)),
+        "stolen": after.stolen - before.stolen,
         "capacity": (after.at - before.at) * (os.cpu_count() or 1),
     }
 
@@ -605,6 +614,11 @@ class Figures:
         capacity = self.cpu.get("capacity", 0.0)
         return self.cpu.get("other", 0.0) / capacity if capacity else math.nan
 
+    def share(self, part: str) -> float:
+        """The share of the machine's CPU capacity in `part` ("idle", "stolen")."""
+        capacity = self.cpu.get("capacity", 0.0)
+        return self.cpu.get(part, 0.0) / capacity if capacity else math.nan
+
 
 def figures(rounds: list[Round]) -> Figures:
     latencies: list[float] = []
@@ -639,17 +653,20 @@ def row(name: str, f: Figures) -> str:
         f"{name:<10} {f.requests:>8} {errors:>6} {f.rate:>8.1f} {f.p50:>7.1f} {f.p99:>7.1f} {f.max:>7.1f}"
         f" {f.per_request_ms('server'):>8.2f} {f.per_request_ms('postgres'):>8.2f}"
         f" {f.per_request_ms('client'):>8.2f} {100 * f.other_share:>5.0f}% {f.rate_alone:>8.1f}"
+        f" {100 * f.share('idle'):>4.0f}% {100 * f.share('stolen'):>5.0f}%"
     )
 
 
 HEADER = (
     f"{'target':<10} {'requests':>8} {'errors':>6} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
-    f" {'app cpu':>8} {'pg cpu':>8} {'load cpu':>8} {'others':>6} {'~alone':>8}"
+    f" {'app cpu':>8} {'pg cpu':>8} {'load cpu':>8} {'others':>6} {'~alone':>8} {'idle':>5} {'stolen':>6}"
 )
 CPU_NOTE = (
     "(cpu: CPU ms per request spent by the target's gunicorn, by the bench database's PostgreSQL\n"
     "       backends, by this load script; others: share of the machine's CPU taken by everything else;\n"
-    "       ~alone: req/s / (1 - others), the rate the machine alone would give a CPU-bound target)"
+    "       ~alone: req/s / (1 - others), the rate the machine alone would give a CPU-bound target;\n"
+    "       idle: share of the CPU no process wanted (a round with much of it was not CPU-bound: its\n"
+    "       requests waited on something else); stolen: share the virtual machine's host withheld)"
 )
 
 

@@ -86,13 +86,28 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# The README's production line: threaded workers, each on its own listening socket.
+PRODUCTION_WORKERS = ("--worker-class", "gthread", "--threads", "4", "--reuse-port")
+
+
 @contextmanager
 def gunicorn(env: dict[str, str], *, workers: int = 1) -> Iterator[str]:
-    """`gunicorn config.wsgi` on a free port until the block ends; yields its base URL."""
+    """`gunicorn config.wsgi` as the README runs it in production, on a free port until the
+    block ends; yields its base URL."""
     port = free_port()
     log = (ROOT / "var" / f"test-gunicorn-{os.getpid()}-{port}.log").open("w+b")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers)],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            *PRODUCTION_WORKERS,
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
