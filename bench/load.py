@@ -415,16 +415,19 @@ def cpu_spent(before: CpuSnapshot, after: CpuSnapshot, seen: dict[str, dict[int,
     postgres = spent(before.postgres, after.postgres, seen.get("postgres", {}))
     client = after.client - before.client
     busy = after.busy - before.busy
+    stolen = after.stolen - before.stolen
+    capacity = (after.at - before.at) * (os.cpu_count() or 1)
     return {
         "server": server,
         "postgres": postgres,
         "client": client,
         "other": max(0.0, busy - server - postgres - client),
-        # Neither busy nor stolen: no process had work for a CPU (it waited on locks, the disk,
-        # the network), so the target was not CPU-bound in that round.
-        "idle": max(0.0, (after.at - before.at) * (os.cpu_count() or 1) - busy - (after.stolen - before.stolen)),
-        "stolen": after.stolen - before.stolen,
-        "capacity": (after.at - before.at) * (os.cpu_count() or 1),
+        # Neither busy nor stolen: no process had work for a CPU (its requests waited: on locks,
+        # the disk, or a gunicorn worker serving more connections than its one core could), so
+        # the target was not CPU-bound in that round.
+        "idle": max(0.0, capacity - busy - stolen),
+        "stolen": stolen,
+        "capacity": capacity,
     }
 
 
