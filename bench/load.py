@@ -608,17 +608,12 @@ class Figures:
     def rate_alone(self) -> float:
         """The rate scaled up by the CPU the neighbours took: what the machine alone would give if
         the target is CPU-bound (an estimate, for comparing rounds on a shared machine)."""
-        free = 1.0 - self.other_share
+        free = 1.0 - self.share("other")
         return self.rate / free if free > 0.05 else math.nan
 
-    @property
-    def other_share(self) -> float:
-        """The share of the machine's CPU that went to processes outside the benchmark."""
-        capacity = self.cpu.get("capacity", 0.0)
-        return self.cpu.get("other", 0.0) / capacity if capacity else math.nan
-
     def share(self, part: str) -> float:
-        """The share of the machine's CPU capacity in `part` ("idle", "stolen")."""
+        """The share of the machine's CPU capacity in `part`: "other" (processes outside the
+        benchmark), "idle", "stolen"."""
         capacity = self.cpu.get("capacity", 0.0)
         return self.cpu.get(part, 0.0) / capacity if capacity else math.nan
 
@@ -655,7 +650,7 @@ def row(name: str, f: Figures) -> str:
     return (
         f"{name:<10} {f.requests:>8} {errors:>6} {f.rate:>8.1f} {f.p50:>7.1f} {f.p99:>7.1f} {f.max:>7.1f}"
         f" {f.per_request_ms('server'):>8.2f} {f.per_request_ms('postgres'):>8.2f}"
-        f" {f.per_request_ms('client'):>8.2f} {100 * f.other_share:>5.0f}% {f.rate_alone:>8.1f}"
+        f" {f.per_request_ms('client'):>8.2f} {100 * f.share('other'):>5.0f}% {f.rate_alone:>8.1f}"
         f" {100 * f.share('idle'):>4.0f}% {100 * f.share('stolen'):>5.0f}%"
     )
 

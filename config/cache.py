@@ -20,6 +20,7 @@ checks one it lends): the next command opens a new one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -90,14 +91,9 @@ class ReusingRedisCacheClient(RedisCacheClient):
         return connection
 
 
-_shas: dict[str, str] = {}
-
-
+@functools.cache
 def _sha1(text: str) -> str:
-    sha = _shas.get(text)
-    if sha is None:
-        sha = _shas.setdefault(text, hashlib.sha1(text.encode()).hexdigest())  # noqa: S324 (Redis names scripts so)
-    return sha
+    return hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 (Redis names scripts so)
 
 
 class HoldpointRedisCache(RedisCache):
