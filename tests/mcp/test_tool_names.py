@@ -1,0 +1,83 @@
+"""The names Holdpoint records for an upstream's tools (holdpoint_sdk.mcp_proxy.names): always in
+Holdpoint's tool pattern, a function of the name alone, and distinct within one listing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from holdpoint_sdk.mcp_proxy.names import ToolNames, holdpoint_tool_name, is_valid_tool_name
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envelopes.contract import TOOL_PATTERN
+
+# Holdpoint's own pattern, anchored at the very end (`$` would let a trailing newline through).
+SERVER_PATTERN = re.compile(TOOL_PATTERN.removesuffix("$") + r"\Z")
+
+names = st.one_of(
+    st.text(max_size=140),
+    st.from_regex(r"[a-z][a-zA-Z0-9]{0,30}", fullmatch=True),  # camelCase
+    st.from_regex(TOOL_PATTERN.replace("{0,99}", "{0,20}"), fullmatch=True),  # already valid
+    st.text(alphabet="aAzZ09_.- \n\u00e9\u0301\u65e5", max_size=120),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(names)
+def test_every_mapped_name_matches_holdpoints_tool_pattern_and_is_the_same_every_time(name: str) -> None:
+    recorded = holdpoint_tool_name(name)
+    assert SERVER_PATTERN.match(recorded), recorded
+    assert holdpoint_tool_name(name) == recorded
+    assert (recorded == name) == is_valid_tool_name(name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names, max_size=30, unique=True))
+def test_distinct_names_of_one_listing_are_recorded_under_distinct_names(listing: list[str]) -> None:
+    tools = ToolNames()
+    tools.learn(listing)
+    recorded = [tools.holdpoint_name(name) for name in listing]
+    assert all(name is not None for name in recorded)
+    assert len(set(recorded)) == len(listing)
+
+
+@pytest.mark.parametrize(
+    ("upstream", "prefix"),
+    [
+        ("createInvoice", "create_invoice-"),
+        ("HTTPServerStart", "http_server_start-"),
+        ("Send Email", "send_email-"),
+        ("café au lait", "cafe_au_lait-"),
+        ("send_email\n", "send_email-"),
+        ("_private", "private-"),
+        ("日本語", "tool-"),
+    ],
+)
+def test_a_name_outside_the_pattern_becomes_snake_case_with_a_hash_of_its_own(upstream: str, prefix: str) -> None:
+    recorded = holdpoint_tool_name(upstream)
+    assert recorded.startswith(prefix) and re.fullmatch(r"[0-9a-f]{8}", recorded.removeprefix(prefix))
+
+
+def test_a_valid_name_is_recorded_as_it_is_and_a_long_one_is_cut_to_100_with_its_hash() -> None:
+    assert holdpoint_tool_name("create_invoice") == "create_invoice"
+    assert holdpoint_tool_name("a" * 100) == "a" * 100
+    long = holdpoint_tool_name("a" * 101)
+    assert len(long) == 100 and long.startswith("a" * 91 + "-")
+    assert holdpoint_tool_name("a" * 101) != holdpoint_tool_name("a" * 102)
+
+
+def test_camelcase_and_its_snake_case_twin_stay_two_tools() -> None:
+    assert holdpoint_tool_name("createInvoice") != holdpoint_tool_name("create_invoice") == "create_invoice"
+    assert holdpoint_tool_name("createInvoice") != holdpoint_tool_name("CreateInvoice")
+
+
+def test_a_listed_name_spelling_another_tools_mapping_makes_that_tool_refused_never_merged() -> None:
+    crafted = holdpoint_tool_name("createInvoice")  # a valid name, listed by the same upstream
+    tools = ToolNames()
+    tools.learn(["createInvoice", crafted, "get_balance"])
+    assert tools.holdpoint_name("createInvoice") is None
+    assert tools.holdpoint_name(crafted) == crafted  # a valid name is its own
+    assert tools.holdpoint_name("get_balance") == "get_balance"
+    # Unlisted names are mapped all the same; the check covers what the upstream listed.
+    assert ToolNames().holdpoint_name("createInvoice") == crafted
