@@ -4,9 +4,14 @@ Holdpoint's tool pattern, a function of the name alone, and distinct within one 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any, cast
 
+import anyio
 import pytest
+from holdpoint_sdk.mcp_proxy import ProxyConfig
 from holdpoint_sdk.mcp_proxy.names import ToolNames, holdpoint_tool_name, is_valid_tool_name
+from holdpoint_sdk.mcp_proxy.proxy import HoldpointProxy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +86,37 @@ def test_a_listed_name_spelling_another_tools_mapping_makes_that_tool_refused_ne
     assert tools.holdpoint_name("get_balance") == "get_balance"
     # Unlisted names are mapped all the same; the check covers what the upstream listed.
     assert ToolNames().holdpoint_name("createInvoice") == crafted
+
+
+class ListingUpstream:
+    """An upstream that lists `names` and records every request it is sent."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.requests: list[str] = []
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+        self.requests.append(method)
+        return {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in self.names]}
+
+
+class NoHoldpoint:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Holdpoint was asked ({name}) for a call that must be refused first")
+
+
+def test_the_proxy_refuses_a_call_whose_recorded_name_another_listed_tool_shares() -> None:
+    crafted = holdpoint_tool_name("createInvoice")
+    upstream = ListingUpstream(["createInvoice", crafted])
+    config = ProxyConfig(url="http://127.0.0.1:9", api_key="hp_x", run_id="r")
+    proxy = HoldpointProxy(config, cast(Any, NoHoldpoint()), upstream)
+
+    async def scenario() -> dict[str, Any]:
+        await proxy.forward("tools/list", {})
+        return await proxy.call_tool({"name": "createInvoice", "arguments": {"amount": 1}})
+
+    refused = anyio.run(scenario)
+
+    assert refused["isError"] is True
+    assert "recorded under the same name as 'createInvoice'; the call was not made" in refused["content"][0]["text"]
+    assert upstream.requests == ["tools/list"]  # never called
