@@ -47,6 +47,29 @@ def test_distinct_names_of_one_listing_are_recorded_under_distinct_names(listing
     assert len(set(recorded)) == len(listing)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names, min_size=1, max_size=20, unique=True), st.data())
+def test_with_twins_and_crafted_names_listed_a_call_is_refused_rather_than_merged(
+    listing: list[str], data: st.DataObject
+) -> None:
+    # Snake-case twins of mapped names, and valid names spelling another's mapping exactly.
+    twins = [holdpoint_tool_name(name) for name in listing if not is_valid_tool_name(name)]
+    twins += [twin.rpartition("-")[0] for twin in twins if twin.rpartition("-")[0]]
+    extra = data.draw(st.lists(st.sampled_from(twins), unique=True)) if twins else []
+    full = list(dict.fromkeys([*listing, *extra]))
+    tools = ToolNames()
+    tools.learn(full)
+
+    recorded = {name: tools.holdpoint_name(name) for name in full}
+
+    kept = [name for name in recorded.values() if name is not None]
+    assert len(set(kept)) == len(kept)
+    for name, as_recorded in recorded.items():
+        others = [other for other in full if other != name and holdpoint_tool_name(other) == holdpoint_tool_name(name)]
+        assert (as_recorded is None) == bool(others and not is_valid_tool_name(name))
+        assert as_recorded in (None, holdpoint_tool_name(name))
+
+
 @pytest.mark.parametrize(
     ("upstream", "prefix"),
     [
