@@ -4,8 +4,11 @@
     holdpoint-mcp --upstream-url https://tools.example/mcp
     holdpoint-mcp [options] -- python my_server.py --flag
 
-Holdpoint is found through HOLDPOINT_URL and HOLDPOINT_API_KEY (or --url / --api-key), the run
-id through HOLDPOINT_RUN_ID (default: one per proxy process). stdout is the MCP channel:
+Holdpoint is found through HOLDPOINT_URL and HOLDPOINT_API_KEY (or --url / --api-key-file FILE;
+--api-key KEY works but warns: a command line is visible to every local user), the run id
+through HOLDPOINT_RUN_ID (default: one per proxy process). The proxy makes itself non-dumpable
+at start (Linux), so that the upstream it launches, running as the same user, cannot read the
+key from /proc/$PPID/environ or /proc/$PPID/mem; the upstream's environment has no key. stdout is the MCP channel:
 everything the proxy says goes to stderr (HOLDPOINT_MCP_LOG=info for more; HOLDPOINT_MCP_TIMINGS=1
 for one line per guarded call with the milliseconds spent waiting for the attempt gate, the
 upstream and the envelope, and in the proxy's own code).
@@ -14,12 +17,14 @@ upstream and the envelope, and in the proxy's own code).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import shlex
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from .config import SEND_INPUT_CHOICES, ConfigError, ProxyConfig, load_settings
 
@@ -35,13 +40,56 @@ def _parser() -> argparse.ArgumentParser:
     upstream.add_argument("--upstream-url", metavar="URL", help="its streamable HTTP endpoint")
     parser.add_argument("--config", metavar="FILE", help="tool policies (TOML when it ends in .toml, else JSON)")
     parser.add_argument("--url", help="Holdpoint's base URL (default: $HOLDPOINT_URL)")
-    parser.add_argument("--api-key", help="a Holdpoint API key, hp_... (default: $HOLDPOINT_API_KEY)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--api-key-file", metavar="FILE", help="read the Holdpoint API key from FILE")
+    keys.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="a Holdpoint API key, hp_... (warns: every local user sees it in ps; "
+        "prefer --api-key-file or $HOLDPOINT_API_KEY, the default)",
+    )
     parser.add_argument("--run-id", help="groups this session's steps (default: $HOLDPOINT_RUN_ID, else a new one)")
     parser.add_argument("--hold-wait", type=float, metavar="SECONDS", help="wait for a reviewer's decision this long")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="an upstream call slower than this times out")
     parser.add_argument("--send-input", choices=SEND_INPUT_CHOICES, help="send the input with each attempt")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the upstream command line")
     return parser
+
+
+ARGV_KEY_WARNING = (
+    "holdpoint-mcp: warning: --api-key puts the key on the command line, where every local user can "
+    "read it (ps, /proc/PID/cmdline); use --api-key-file FILE or the HOLDPOINT_API_KEY environment "
+    "variable instead"
+)
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def refuse_dumps() -> bool:
+    """Make this process non-dumpable (Linux; elsewhere a no-op, False): its /proc files
+    (environ, mem, maps) then belong to root and no process without CAP_SYS_PTRACE may read
+    them or attach, so the upstream it launches cannot read the key from /proc/$PPID/environ.
+    execve resets the flag, so the upstream itself stays an ordinary process."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+    if prctl is None or prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        reason = os.strerror(ctypes.get_errno()) if prctl is not None else "no prctl in libc"
+        print(f"holdpoint-mcp: warning: could not make the process non-dumpable ({reason})", file=sys.stderr)
+        return False
+    return True
+
+
+def _key_from_file(parser: argparse.ArgumentParser, path: str) -> str:
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--api-key-file: {path}: {getattr(error, 'strerror', None) or error}")
+    if not key or len(key.split()) != 1:
+        parser.error(f"--api-key-file: {path} must hold one key (hp_...), nothing else")
+    return key
 
 
 def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ProxyConfig:
@@ -59,11 +107,14 @@ def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> 
     if bool(command) == bool(args.upstream_url):
         parser.error("name one upstream: --upstream CMD (or -- CMD ARGS...) or --upstream-url URL")
     url = args.url or environ.get("HOLDPOINT_URL", "")
-    api_key = args.api_key or environ.get("HOLDPOINT_API_KEY", "")
+    if args.api_key:
+        print(ARGV_KEY_WARNING, file=sys.stderr)
+    api_key = args.api_key or (_key_from_file(parser, args.api_key_file) if args.api_key_file else "")
+    api_key = api_key or environ.get("HOLDPOINT_API_KEY", "")
     if not url:
         parser.error("Holdpoint's URL is needed: set HOLDPOINT_URL or pass --url")
     if not api_key:
-        parser.error("a Holdpoint API key is needed: set HOLDPOINT_API_KEY or pass --api-key")
+        parser.error("a Holdpoint API key is needed: set HOLDPOINT_API_KEY or pass --api-key-file")
     run_id = args.run_id or environ.get("HOLDPOINT_RUN_ID") or f"mcp-{uuid.uuid4().hex[:12]}"
     if len(run_id) > 200 or not run_id.isprintable():
         parser.error("the run id is 1..200 printable characters")
@@ -92,6 +143,7 @@ def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    refuse_dumps()  # first: the key is in this process's environment from its start
     config = config_from_args(argv, os.environ)
     level = os.environ.get("HOLDPOINT_MCP_LOG", "warning").upper()
     logging.basicConfig(

@@ -1,7 +1,9 @@
 """The recovery proxy: every guarded `tools/call` goes through Holdpoint's attempt gate, and its
 result is reported as an envelope; everything else is passed to the upstream server unchanged.
 
-For one guarded call the proxy
+For one guarded call the proxy records the tool under a name in Holdpoint's pattern (names.py:
+`createInvoice` becomes `create_invoice-<hash>`; the client and the upstream keep the upstream's
+name), and
 
 1. fixes the `operation_ref`: the client's `_meta["dev.holdpoint/operation_ref"]` when it sends
    one, else `<run_id>/<tool>/<first 32 hex of the input fingerprint>`, so that an identical
@@ -17,8 +19,10 @@ For one guarded call the proxy
    the answer says so (`input_edited`, `input`, and the text line);
 3. on a grant calls the upstream (passing `dev.holdpoint/*` keys in `_meta`), turns what came
    back into an envelope and posts it with an Idempotency-Key:
-   - a `structuredContent` that is an envelope goes as the `mcp` dialect (the proxy fills in
-     `tool`, `operation_ref`, `run_id` and `attempt` where the upstream left them out);
+   - a `structuredContent` that is an envelope goes as the `mcp` dialect, its `tool`,
+     `operation_ref`, `run_id` and `attempt` always the call's: the upstream cannot choose the
+     step. One that named other values is reported so that Holdpoint refuses it, which
+     escalates the call's own step (`malformed_envelope`) and quarantines the claim;
    - any other result is a success (a write that returned has committed);
    - a bare error result, an MCP error or a timeout is classified like the SDK's guard: on a
      tool with side effects it is `unknown` (verify), without side effects a retry later;
@@ -60,6 +64,7 @@ from ..errors import (
 )
 from ..types import Directive, Step, VerificationOutcome
 from .config import ProxyConfig
+from .names import ToolNames
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 # One line per guarded tools/call with where its time went (HOLDPOINT_MCP_TIMINGS=1 shows it).
@@ -71,10 +76,13 @@ META_RUN_ID = META + "run_id"
 META_ATTEMPT = META + "attempt"
 META_APPROVED = META + "approved"
 META_DIRECTIVE = META + "directive"
+# The field under which an envelope that named another step is reported (and refused).
+UPSTREAM_NAMED = "step_named_by_upstream"
 # A JSON body of the mcp dialect must stay under Holdpoint's 64 KiB: big content is left out.
 MAX_REPORTED_CONTENT = 16 * 1024
 MAX_REPORTED_RESULT = 16 * 1024
 MAX_MESSAGE = 500
+MAX_NAMED = 200  # characters of each step field an upstream named wrongly, kept as evidence
 MAX_ROUNDS = 6  # gate -> call -> report rounds in one tools/call (waits for a reviewer included)
 MAX_HELD_REFS = 1024  # steps this process answered "held" for, read again before the next gate
 
@@ -196,7 +204,8 @@ def describe(directive: Mapping[str, Any], step: Mapping[str, Any] | None, opera
 class _Call:
     """One client tools/call, as the proxy carries it from gate to report."""
 
-    tool: str
+    tool: str  # the upstream's name, which it is called by
+    recorded_tool: str  # the name Holdpoint records (names.py): the gate's and the envelopes'
     arguments: dict[str, Any]
     client_meta: dict[str, Any]
     operation_ref: str
@@ -223,6 +232,7 @@ class HoldpointProxy:
         # relearned after a restart, never state Holdpoint depends on.
         self.server_takes_input: bool | None = None
         self.closed_schemas: set[str] = set()  # tools whose outputSchema forbids extra keys
+        self.tool_names = ToolNames()  # what the upstream listed, for the names Holdpoint records
         # Steps this process answered "held for a reviewer": before the next gate on one of them,
         # the step is read, so that an approval with an edited input is run rather than refused
         # (the gate would refuse the client's own input with approval_mismatch and hold the step
@@ -235,13 +245,17 @@ class HoldpointProxy:
     async def forward(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         result = await self.upstream.request(method, _forwardable(params), None)
         if method == "tools/list":
-            self._note_schemas(result)
+            self._note_listing(result)
         return result
 
-    def _note_schemas(self, listing: Mapping[str, Any]) -> None:
-        for tool in listing.get("tools") or []:
-            if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-                continue
+    def _note_listing(self, listing: Mapping[str, Any]) -> None:
+        tools = [
+            tool
+            for tool in listing.get("tools") or []
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
+        ]
+        self.tool_names.learn(tool["name"] for tool in tools)
+        for tool in tools:
             schema = tool.get("outputSchema")
             if isinstance(schema, Mapping) and schema.get("additionalProperties") is False:
                 self.closed_schemas.add(tool["name"])
@@ -257,6 +271,12 @@ class HoldpointProxy:
         policy = self.config.policy(name)
         if not policy.guarded:
             return await self.forward("tools/call", params)
+        recorded_tool = self.tool_names.holdpoint_name(name)
+        if recorded_tool is None:
+            return self._local_error(
+                f"Holdpoint: another tool of this server would be recorded under the same name as {name!r}; "
+                "the call was not made."
+            )
         arguments = params.get("arguments") or {}
         if not isinstance(arguments, Mapping):
             raise MCPError(types.INVALID_PARAMS, "tools/call arguments must be an object")
@@ -268,6 +288,7 @@ class HoldpointProxy:
             return self._local_error(f"Holdpoint: the input cannot be fingerprinted ({error}); the call was not made.")
         call = _Call(
             tool=name,
+            recorded_tool=recorded_tool,
             arguments=dict(arguments),
             client_meta=client_meta,
             operation_ref="",
@@ -302,10 +323,11 @@ class HoldpointProxy:
         given = call.client_meta.get(META_OPERATION_REF)
         if isinstance(given, str) and 1 <= len(given) <= 200 and given.isprintable():
             return given
-        ref = f"{call.run_id}/{call.tool}/{call.fingerprint[:32]}"
+        tool = call.recorded_tool
+        ref = f"{call.run_id}/{tool}/{call.fingerprint[:32]}"
         if len(ref) > 200:
-            digest = hashlib.sha256(f"{call.run_id}\0{call.tool}\0{call.fingerprint}".encode()).hexdigest()
-            ref = f"{call.tool[:100]}/{digest}"
+            digest = hashlib.sha256(f"{call.run_id}\0{tool}\0{call.fingerprint}".encode()).hexdigest()
+            ref = f"{tool}/{digest}"
         return ref
 
     async def _guarded(self, call: _Call) -> dict[str, Any]:
@@ -434,7 +456,7 @@ class HoldpointProxy:
     async def _gate(self, call: _Call, sent: Mapping[str, Any] | None) -> Any:
         return await self.holdpoint.request_attempt(
             call.operation_ref,
-            tool=call.tool,
+            tool=call.recorded_tool,
             input_fingerprint=call.fingerprint,
             input=sent,
             run_id=call.run_id,
@@ -498,7 +520,7 @@ class HoldpointProxy:
             return result, failure, self._error_envelope(call, failure), "canonical"
         reported = structured if structured is not None and 0 <= _json_size(structured) <= MAX_REPORTED_RESULT else None
         envelope = success_envelope(
-            tool=call.tool,
+            tool=call.recorded_tool,
             operation_ref=call.operation_ref,
             occurred_at=now_utc(),
             result=reported,
@@ -511,7 +533,7 @@ class HoldpointProxy:
         step = call.step
         remaining = (step["max_attempts"] - step["attempts"]) if step else 0
         return failure.envelope(
-            tool=call.tool,
+            tool=call.recorded_tool,
             operation_ref=call.operation_ref,
             attempts_remaining=remaining,
             occurred_at=now_utc(),
@@ -520,15 +542,29 @@ class HoldpointProxy:
         )
 
     def _mcp_envelope(self, call: _Call, result: Mapping[str, Any]) -> dict[str, Any]:
+        """The upstream's envelope about the call's own step: the step's fields are always the
+        call's. One that named another step is reported so that Holdpoint rejects it, and so
+        escalates the call's step (`malformed_envelope`) and quarantines what it claimed."""
         inner = dict(result["structuredContent"])
+        named = _names_another_step(call, inner)
         for key, value in (
-            ("tool", call.tool),
+            ("tool", call.recorded_tool),
             ("operation_ref", call.operation_ref),
             ("run_id", call.run_id),
             ("attempt", call.attempt),
         ):
-            if key not in inner and value is not None:
+            if value is not None:
                 inner[key] = value
+            else:
+                inner.pop(key, None)
+        if named:
+            logger.warning(
+                "the upstream's envelope for %s named another step (%s); reporting it as malformed",
+                call.operation_ref,
+                ", ".join(sorted(named)),
+            )
+            # An unknown top-level field: Holdpoint refuses it (contract §2) and names it.
+            inner[UPSTREAM_NAMED] = named
         content = result.get("content") or []
         if _json_size(content) < 0 or _json_size(content) > MAX_REPORTED_CONTENT:
             content = []  # content blocks are MCP's business; Holdpoint keeps the envelope
@@ -687,6 +723,27 @@ def _spent(call: _Call, what: str) -> Iterator[None]:
         yield
     finally:
         call.spent[what] = call.spent.get(what, 0.0) + (time.perf_counter() - started) * 1000
+
+
+def _names_another_step(call: _Call, envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The step fields of the upstream's envelope that are not the call's own (its tool may go
+    by the upstream's name or by the one Holdpoint records)."""
+    own: dict[str, tuple[Any, ...]] = {
+        "tool": (call.tool, call.recorded_tool),
+        "operation_ref": (call.operation_ref,),
+        "run_id": (call.run_id,),
+        "attempt": (call.attempt,),
+    }
+    return {
+        # As JSON text, cut: evidence for the quarantine that cannot push the body over its limit.
+        key: _short(json.dumps(envelope[key], ensure_ascii=False, default=repr), MAX_NAMED)
+        for key, allowed in own.items()
+        if key in envelope and not any(_same(envelope[key], value) for value in allowed)
+    }
+
+
+def _same(value: Any, own: Any) -> bool:
+    return type(value) is type(own) and value == own  # strict: True is not attempt 1
 
 
 def _names_input(name: Any) -> bool:
