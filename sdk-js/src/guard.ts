@@ -221,15 +221,24 @@ class Timeout extends Error {
   }
 }
 
-/** One attempt: the gate, the call, the report. */
-async function attemptOnce<R>(
+interface Asked {
+  operationRef: string;
+  tool: string;
+  input: JsonObject;
+  inputEdited: boolean;
+  inputSent: boolean;
+  grant: AttemptGrant;
+  envelopeKey: string;
+}
+
+/** The gate: a grant to run, or the refusal as an Outcome. */
+async function askGate(
   client: Holdpoint,
   tool: string,
   operationRef: string,
   original: { input: JsonObject; canonical: string },
-  run: ToolRun<R>,
   options: GuardOptions,
-): Promise<Outcome<R>> {
+): Promise<Asked | Outcome<never>> {
   // After an approval with an edited input, the gate grants only the reviewer's input: that
   // is the one fingerprinted, sent and run.
   const approved = client.approvedInput(operationRef);
@@ -246,9 +255,6 @@ async function attemptOnce<R>(
   }
   // One key per request kind: a lost answer is asked for again and Holdpoint replays it.
   let attemptKey = `att_${randomUUID()}`;
-  const envelopeKey = `env_${randomUUID()}`;
-  const base = { operationRef, input, inputEdited: edited };
-
   const ask = (withInput: JsonObject | null): Promise<AttemptGrant> =>
     client.requestAttempt(operationRef, {
       tool,
@@ -259,7 +265,6 @@ async function attemptOnce<R>(
       idempotencyKey: attemptKey,
       ...(options.signal ? { signal: options.signal } : {}),
     });
-
   let grant: AttemptGrant;
   try {
     try {
@@ -275,13 +280,16 @@ async function attemptOnce<R>(
     }
   } catch (error) {
     if (error instanceof AttemptRefused) {
-      return new Outcome<R>({ ...base, step: error.step, directive: error.directive, refusal: error, inputSent: sent !== null });
+      return new Outcome<never>({ operationRef, input, inputEdited: edited, step: error.step, directive: error.directive, refusal: error, inputSent: sent !== null });
     }
     throw error;
   }
-  const inputSent = sent !== null;
+  return { operationRef, tool, input, inputEdited: edited, inputSent: sent !== null, grant, envelopeKey: `env_${randomUUID()}` };
+}
 
-  // The call, bounded by timeoutMs and the caller's signal.
+/** The granted call, bounded by timeoutMs and the caller's signal, then its report. */
+async function runAndReport<R>(client: Holdpoint, asked: Asked, run: ToolRun<R>, options: GuardOptions): Promise<Outcome<R>> {
+  const { operationRef, tool, input, grant, envelopeKey } = asked;
   const controller = new AbortController();
   const stop = (reason: unknown): void => controller.abort(reason);
   const onAbort = (): void => stop(options.signal?.reason ?? new DOMException("aborted", "AbortError"));
@@ -295,7 +303,7 @@ async function attemptOnce<R>(
   let thrown: unknown;
   let threw = false;
   try {
-    if (controller.signal.aborted) throw controller.signal.reason;
+    if (options.signal?.aborted) throw options.signal.reason;
     const running = Promise.resolve().then(() => run(structuredClone(input), { operationRef, attempt: grant.attempt, signal: controller.signal }));
     running.catch(() => undefined); // settled after a timeout: nobody is listening any more
     result = await Promise.race([running, aborted]);
@@ -319,26 +327,10 @@ async function attemptOnce<R>(
     failure = failure.with({ safeDetails: { ...failure.safeDetails, verification_tool: options.verificationTool } });
   }
   const now = new Date();
+  const common = { tool, operationRef, occurredAt: now, attempt: grant.attempt, runId: options.runId ?? null, correlationId: options.correlationId ?? null };
   const envelope = failure
-    ? failure.envelope({
-        tool,
-        operationRef,
-        attemptsRemaining: grant.step.max_attempts - grant.step.attempts,
-        occurredAt: now,
-        attempt: grant.attempt,
-        runId: options.runId ?? null,
-        correlationId: options.correlationId ?? null,
-      })
-    : successEnvelope({
-        tool,
-        operationRef,
-        occurredAt: now,
-        result,
-        attempt: grant.attempt,
-        runId: options.runId ?? null,
-        correlationId: options.correlationId ?? null,
-        evidenceRef: options.evidenceRef?.(result) ?? null,
-      });
+    ? failure.envelope({ ...common, attemptsRemaining: grant.step.max_attempts - grant.step.attempts })
+    : successEnvelope({ ...common, result, evidenceRef: options.evidenceRef?.(result) ?? null });
   let answer: IngestAnswer;
   try {
     // Not under the caller's signal: a call that ran is always reported.
@@ -350,7 +342,10 @@ async function attemptOnce<R>(
     throw error;
   }
   return new Outcome<R>({
-    ...base,
+    operationRef,
+    input,
+    inputEdited: asked.inputEdited,
+    inputSent: asked.inputSent,
     step: answer.step,
     directive: answer.directive,
     attempt: grant.attempt,
@@ -359,8 +354,87 @@ async function attemptOnce<R>(
     failure,
     envelope,
     answer,
-    inputSent,
   });
+}
+
+function isOutcome(value: Asked | Outcome<never>): value is Outcome<never> {
+  return value instanceof Outcome;
+}
+
+/**
+ * A guarded call in two halves, for frameworks that ask "may this run?" before they run it
+ * (the OpenAI Agents SDK's `needsApproval`): `GuardedCall.begin` asks the gate; `run` makes the
+ * call (when granted), reports it and waits for a hold as `guard` does.
+ */
+export class GuardedCall {
+  /** The gate's refusal, when it refused (the call will not be made). */
+  readonly refusal: Outcome<never> | null;
+  private asked: Asked | null;
+
+  private constructor(
+    private readonly client: Holdpoint,
+    private readonly tool: string,
+    private readonly original: { input: JsonObject; canonical: string },
+    readonly operationRef: string,
+    private readonly options: GuardOptions,
+    first: Asked | Outcome<never>,
+  ) {
+    this.refusal = isOutcome(first) ? first : null;
+    this.asked = isOutcome(first) ? null : first;
+  }
+
+  /** Check the input and ask the attempt gate (nothing is sent for a bad input). */
+  static async begin(client: Holdpoint, tool: string, input: Record<string, unknown>, options: GuardOptions = {}): Promise<GuardedCall> {
+    checkToolName(tool);
+    const original = checkInput(input);
+    const operationRef = checkOperationRef(options.operationRef ?? newOperationRef());
+    const first = await askGate(client, tool, operationRef, original, options);
+    return new GuardedCall(client, tool, original, operationRef, options, first);
+  }
+
+  /** The directive of the gate's answer (proceed when granted). */
+  get directive(): Directive {
+    return this.refusal ? this.refusal.directive : (this.asked as Asked).grant.directive;
+  }
+
+  /** Run the call if granted, report it, and wait for a hold within `waitForHoldMs`. */
+  async run<R>(run: ToolRun<R>): Promise<Outcome<R>> {
+    if (typeof run !== "function") throw new TypeError("guard(tool, input, run): run is the function that makes the call");
+    const waitFor = Math.max(0, this.options.waitForHoldMs ?? 0);
+    const deadline = Date.now() + waitFor;
+    let outcome: Outcome<R>;
+    if (this.asked) {
+      const asked = this.asked;
+      this.asked = null; // a grant is used once
+      outcome = await runAndReport(this.client, asked, run, this.options);
+    } else if (this.refusal) {
+      outcome = this.refusal;
+    } else {
+      throw new Error("a GuardedCall runs once; begin a new one for the next attempt");
+    }
+    for (let holds = 0; holds < MAX_HOLDS && outcome.action === "hold" && waitFor > 0; holds++) {
+      const left = deadline - Date.now();
+      if (left <= 0) return outcome.step ? outcome.withStep(outcome.step, true) : outcome;
+      let step: Step;
+      try {
+        step = await this.client.waitForDecision(this.operationRef, {
+          timeoutMs: left,
+          initialIntervalMs: this.options.pollIntervalMs ?? 1000,
+          maxIntervalMs: this.options.maxPollIntervalMs ?? 15_000,
+          waitingActions: new Set<Action>(["hold"]),
+          ...(this.options.signal ? { signal: this.options.signal } : {}),
+        });
+      } catch (error) {
+        if (error instanceof DecisionTimeout) return error.step ? outcome.withStep(error.step, true) : outcome;
+        throw error;
+      }
+      if (step.directive.action !== "proceed") return outcome.withStep(step, false);
+      // Approved (or permitted): ask the gate again; it grants exactly the approved input.
+      const next = await askGate(this.client, this.tool, this.operationRef, this.original, this.options);
+      outcome = isOutcome(next) ? next : await runAndReport(this.client, next, run, this.options);
+    }
+    return outcome;
+  }
 }
 
 /** `Holdpoint.guard`: see the module's comment. */
@@ -371,32 +445,7 @@ export async function runGuard<R>(
   run: ToolRun<R>,
   options: GuardOptions = {},
 ): Promise<Outcome<R>> {
-  checkToolName(tool);
-  const original = checkInput(input);
-  const operationRef = checkOperationRef(options.operationRef ?? newOperationRef());
   if (typeof run !== "function") throw new TypeError("guard(tool, input, run): run is the function that makes the call");
-  const waitFor = Math.max(0, options.waitForHoldMs ?? 0);
-  const deadline = Date.now() + waitFor;
-  let outcome = await attemptOnce(client, tool, operationRef, original, run, options);
-  for (let holds = 0; holds < MAX_HOLDS && outcome.action === "hold" && waitFor > 0; holds++) {
-    const left = deadline - Date.now();
-    if (left <= 0) return outcome.step ? outcome.withStep(outcome.step, true) : outcome;
-    let step: Step;
-    try {
-      step = await client.waitForDecision(operationRef, {
-        timeoutMs: left,
-        initialIntervalMs: options.pollIntervalMs ?? 1000,
-        maxIntervalMs: options.maxPollIntervalMs ?? 15_000,
-        waitingActions: new Set<Action>(["hold"]),
-        ...(options.signal ? { signal: options.signal } : {}),
-      });
-    } catch (error) {
-      if (error instanceof DecisionTimeout) return error.step ? outcome.withStep(error.step, true) : outcome;
-      throw error;
-    }
-    if (step.directive.action !== "proceed") return outcome.withStep(step, false);
-    // Approved (or permitted): ask the gate again; it grants exactly the approved input.
-    outcome = await attemptOnce(client, tool, operationRef, original, run, options);
-  }
-  return outcome;
+  const call = await GuardedCall.begin(client, tool, input, options);
+  return call.run(run);
 }
