@@ -376,7 +376,7 @@ export class GuardedCall {
     private readonly tool: string,
     private readonly original: { input: JsonObject; canonical: string },
     readonly operationRef: string,
-    private readonly options: GuardOptions,
+    private options: GuardOptions,
     first: Asked | Outcome<never>,
   ) {
     this.refusal = isOutcome(first) ? first : null;
@@ -398,8 +398,9 @@ export class GuardedCall {
   }
 
   /** Run the call if granted, report it, and wait for a hold within `waitForHoldMs`. */
-  async run<R>(run: ToolRun<R>): Promise<Outcome<R>> {
+  async run<R>(run: ToolRun<R>, overrides: Pick<GuardOptions, "signal"> = {}): Promise<Outcome<R>> {
     if (typeof run !== "function") throw new TypeError("guard(tool, input, run): run is the function that makes the call");
+    if (overrides.signal) this.options = { ...this.options, signal: overrides.signal };
     const waitFor = Math.max(0, this.options.waitForHoldMs ?? 0);
     const deadline = Date.now() + waitFor;
     let outcome: Outcome<R>;

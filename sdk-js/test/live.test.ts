@@ -4,6 +4,7 @@ import { after, before, describe } from "node:test";
 
 import { startDownstream, type Downstream } from "./support/downstream.js";
 import { startHoldpoint, type Live } from "./support/server.js";
+import { adapterScenarios } from "./live/adapters.js";
 import { seedScenarios } from "./live/seeds.js";
 
 let live: Live | undefined;
@@ -24,4 +25,5 @@ describe("against a live Holdpoint", { timeout: 170_000 }, () => {
     await Promise.all([live?.stop(), downstream?.close()]);
   });
   seedScenarios(ctx);
+  adapterScenarios(ctx);
 });
