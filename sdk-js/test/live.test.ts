@@ -5,6 +5,7 @@ import { after, before, describe } from "node:test";
 import { startDownstream, type Downstream } from "./support/downstream.js";
 import { startHoldpoint, type Live } from "./support/server.js";
 import { adapterScenarios } from "./live/adapters.js";
+import { exampleScenario } from "./live/example.js";
 import { seedScenarios } from "./live/seeds.js";
 
 let live: Live | undefined;
@@ -26,4 +27,5 @@ describe("against a live Holdpoint", { timeout: 170_000 }, () => {
   });
   seedScenarios(ctx);
   adapterScenarios(ctx);
+  exampleScenario(ctx);
 });

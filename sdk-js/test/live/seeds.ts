@@ -181,17 +181,17 @@ export function seedScenarios(ctx: () => { live: Live; downstream: Downstream })
       const down = (): never => {
         throw new ToolError(Failure.serviceOutage("LEDGER_UNAVAILABLE", { notBefore: new Date(Date.now() + 120_000) }));
       };
-      const first = await hp.guard("post_ledger", { entry: 1 }, down, { operationRef: "ledger/1" });
+      const first = await hp.guard("ledger_entry", { entry: 1 }, down, { operationRef: "ledger/1" });
       assert.equal(first.step?.state, "waiting_retry");
       let ran = false;
-      const other = await hp.guard("post_ledger", { entry: 2 }, () => {
+      const other = await hp.guard("ledger_entry", { entry: 2 }, () => {
         ran = true;
       }, { operationRef: "ledger/2" });
       assert.ok(other.refusal instanceof ToolHalted, other.refusal?.code);
       assert.ok((other.refusal.retryAfter ?? 0) > 60, `Retry-After ${other.refusal.retryAfter}`);
       assert.equal(ran, false);
       await assert.rejects(
-        hp.requestAttempt("ledger/3", { tool: "post_ledger", inputFingerprint: inputFingerprint({ entry: 3 }) }),
+        hp.requestAttempt("ledger/3", { tool: "ledger_entry", inputFingerprint: inputFingerprint({ entry: 3 }) }),
         (e: unknown) => e instanceof ToolHalted && e.status === 409 && e.directive.may_write === false,
       );
     });
