@@ -1,7 +1,9 @@
 /** The seed scenarios, played in TypeScript against the real server. */
 
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { describe, it } from "node:test";
+import { promisify } from "node:util";
 
 import {
   ApprovalPending,
@@ -19,11 +21,15 @@ import {
   Unauthorized,
   VerificationRequired,
   inputFingerprint,
+  WebhookVerificationError,
+  verifyWebhook,
   type JsonObject,
   type Step,
 } from "../../src/index.js";
 import type { Downstream } from "../support/downstream.js";
 import { freePort, type Live } from "../support/server.js";
+
+const run = promisify(execFile);
 
 export function seedScenarios(ctx: () => { live: Live; downstream: Downstream }): void {
   const client = (): Holdpoint => new Holdpoint(ctx().live.url, ctx().live.apiKey, { timeoutMs: 10_000 });
@@ -194,6 +200,17 @@ export function seedScenarios(ctx: () => { live: Live; downstream: Downstream })
         hp.requestAttempt("ledger/3", { tool: "ledger_entry", inputFingerprint: inputFingerprint({ entry: 3 }) }),
         (e: unknown) => e instanceof ToolHalted && e.status === 409 && e.directive.may_write === false,
       );
+    });
+
+    it("verifyWebhook accepts what the Python SDK signs, and nothing else", async () => {
+      const { live } = ctx();
+      const secret = "whsec_" + Buffer.from("a 32-byte webhook secret for it!").toString("base64");
+      const body = JSON.stringify({ type: "step.decided", timestamp: new Date().toISOString(), data: { step: { operation_ref: "w/1" } } });
+      const timestamp = Math.floor(Date.now() / 1000);
+      const { stdout } = await run(live.python, ["-c", "import sys; from holdpoint_sdk import sign_webhook; print(sign_webhook(sys.argv[1], message_id='msg_py', timestamp=int(sys.argv[2]), body=sys.argv[3]))", secret, String(timestamp), body]);
+      const headers = { "webhook-id": "msg_py", "webhook-timestamp": String(timestamp), "webhook-signature": stdout.trim() };
+      assert.deepEqual(verifyWebhook(body, headers, secret).data, { step: { operation_ref: "w/1" } });
+      assert.throws(() => verifyWebhook(body + " ", headers, secret), WebhookVerificationError);
     });
 
     it("reads: If-None-Match, the cursor, replayed and reused Idempotency-Keys, a wrong key", async () => {
