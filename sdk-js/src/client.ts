@@ -16,6 +16,7 @@ import {
   DecisionTimeout,
   HoldpointError,
   HoldpointUnavailable,
+  IdempotencyRequestInFlight,
   InvalidArgument,
   InvalidResponse,
   errorFromProblem,
@@ -140,6 +141,22 @@ function checkKey(key: unknown, prefix: string, what: string, field: string): st
   return key;
 }
 
+/** The request's own timeout joined with the caller's signal (AbortSignal.any needs 20.3). */
+function boundedSignal(timeoutMs: number, outer: AbortSignal | undefined): { signal: AbortSignal; done(): void } {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError")), timeoutMs);
+  const onAbort = (): void => controller.abort(outer?.reason);
+  if (outer?.aborted) onAbort();
+  else outer?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    done: () => {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
 function jitter(value: number, spread: number): number {
   return value * (1 - spread + Math.random() * 2 * spread);
 }
@@ -222,30 +239,49 @@ class Transport {
     if (body !== undefined && !("Content-Type" in headers)) headers["Content-Type"] = "application/json";
     for (let tryNumber = 0; ; tryNumber++) {
       if (call.signal?.aborted) throw this.aborted(call.signal);
-      const signals = [AbortSignal.timeout(this.timeoutMs), ...(call.signal ? [call.signal] : [])];
       let response: Response;
+      const bounded = boundedSignal(this.timeoutMs, call.signal);
       try {
         response = await this.fetchFn(this.url(call), {
           method: call.method,
           headers,
           body,
           redirect: "manual",
-          signal: AbortSignal.any(signals),
+          signal: bounded.signal,
         });
       } catch (error) {
+        bounded.done();
         if (call.signal?.aborted) throw this.aborted(call.signal);
         const wait = this.retryWait(call, tryNumber, null, null);
         if (wait === null || !(call.idempotent || neverSent(error))) throw this.unavailable(error);
         await sleep(wait, call.signal);
         continue;
       }
-      if (call.expect.includes(response.status)) {
-        return { status: response.status, headers: response.headers, json: await this.json(response) };
+      try {
+        if (call.expect.includes(response.status)) {
+          return { status: response.status, headers: response.headers, json: await this.json(response) };
+        }
+        if (response.status < 400) {
+          // A 2xx other than the contract's, or a redirect: not Holdpoint's API at this URL.
+          const location = response.headers.get("Location");
+          throw new InvalidResponse(
+            `Holdpoint answered ${response.status}${location ? ` (redirected to ${location}: check baseUrl)` : ""} where the contract says ${call.expect.join(" or ")}`,
+            { code: "invalid_response", status: response.status, missing: `status ${call.expect.join("|")}` },
+          );
+        }
+        const error = await this.error(response);
+        let wait = this.retryWait(call, tryNumber, response.status, response.headers);
+        if (error instanceof IdempotencyRequestInFlight && call.idempotent && tryNumber < this.maxRetries) {
+          // The first request with this key is still running: its Retry-After is authoritative
+          // (seed 004), and the replay then gets the first one's stored answer.
+          const asked = error.retryAfter ?? 1;
+          wait = asked <= MAX_RETRY_WAIT_S ? asked * 1000 : null;
+        }
+        if (wait === null) throw error;
+        await sleep(wait, call.signal);
+      } finally {
+        bounded.done();
       }
-      const wait = this.retryWait(call, tryNumber, response.status, response.headers);
-      if (wait === null) throw await this.error(response);
-      await response.body?.cancel().catch(() => undefined);
-      await sleep(wait, call.signal);
     }
   }
 

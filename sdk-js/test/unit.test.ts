@@ -145,6 +145,27 @@ describe("answers that are not of the contract's shape", () => {
       assert.equal(ran, false, "nothing runs on an answer that cannot be read");
     });
   }
+  it("a redirect, or a 2xx the contract does not name, is an InvalidResponse too", async () => {
+    const redirect = fakeFetch(() => new Response(null, { status: 302, headers: { Location: "https://login.example/" } }));
+    await assert.rejects(new Holdpoint("http://hp.test", "hp_key", { fetch: redirect.fetch }).getStep("op_1"), (e: unknown) => e instanceof InvalidResponse && /check baseUrl/.test(e.message));
+    const ok200 = fakeFetch(() => json(200, { attempt: 1, step: step(), directive: step()["directive"] }));
+    const hp = new Holdpoint("http://hp.test", "hp_key", { fetch: ok200.fetch });
+    await assert.rejects(hp.requestAttempt("op_1", { tool: "t", inputFingerprint: "0".repeat(64) }), (e: unknown) => e instanceof InvalidResponse && e.missing === "status 201");
+  });
+  it("an Idempotency-Key still in flight is asked again after its Retry-After, with the same key", async () => {
+    const { fetch, sent } = fakeFetch((_, i) =>
+      i === 0 ? json(409, { code: "idempotency_request_in_flight", detail: "in flight" }, { "Retry-After": "1" }) : json(201, { attempt: 1, step: step(), directive: step()["directive"] }),
+    );
+    const hp = new Holdpoint("http://hp.test", "hp_key", { fetch });
+    const started = Date.now();
+    const grant = await hp.requestAttempt("op_1", { tool: "t", inputFingerprint: "0".repeat(64), idempotencyKey: "att_1" });
+    assert.equal(grant.attempt, 1);
+    assert.ok(Date.now() - started >= 950, "waited for Retry-After");
+    assert.deepEqual(sent.map((s) => s.headers["idempotency-key"]), ["att_1", "att_1"]);
+    const once = fakeFetch(() => json(409, { code: "idempotency_request_in_flight" }, { "Retry-After": "1" }));
+    await assert.rejects(new Holdpoint("http://hp.test", "hp_key", { fetch: once.fetch }).requestAttempt("op_1", { tool: "t", inputFingerprint: "0".repeat(64) }), IdempotencyRequestInFlight);
+    assert.equal(once.sent.length, 1, "without a key the request is not repeated");
+  });
   it("an ingest answer without envelope_id, after the call ran, is an InvalidResponse too", async () => {
     const { fetch } = fakeFetch((sent) =>
       sent.url.endsWith("/attempts") ? json(201, { attempt: 1, step: step(), directive: step()["directive"] }) : json(201, { step: step() }),
