@@ -11,6 +11,7 @@ import {
   Holdpoint,
   IdempotencyKeyReused,
   IdenticalRetry,
+  InvalidResponse,
   NotFound,
   RetryNotBefore,
   Reviewer,
@@ -200,6 +201,42 @@ export function seedScenarios(ctx: () => { live: Live; downstream: Downstream })
         hp.requestAttempt("ledger/3", { tool: "ledger_entry", inputFingerprint: inputFingerprint({ entry: 3 }) }),
         (e: unknown) => e instanceof ToolHalted && e.status === 409 && e.directive.may_write === false,
       );
+    });
+
+    it("an input the gate refuses goes as its fingerprint only; sendInput: false keeps it here", async () => {
+      const hp = client();
+      let deep: JsonObject = { leaf: 1 };
+      for (let i = 0; i < 40; i++) deep = { d: deep };
+      const warnings: string[] = [];
+      const warn = console.warn;
+      console.warn = (message: string) => warnings.push(message);
+      let fallback;
+      try {
+        fallback = await hp.guard("create_invoice", deep, () => ({ id: 2 }), { operationRef: "in/deep" });
+      } finally {
+        console.warn = warn;
+      }
+      assert.ok(fallback.ok && !fallback.inputSent);
+      assert.match(warnings.join("\n"), /refused the input of create_invoice on in\/deep \(max_depth\)/);
+      const again = await hp.guard("create_invoice", deep, () => ({ id: 3 }), { operationRef: "in/deep" });
+      assert.equal(again.refusal?.code, "already_committed", "the write stayed gated by its fingerprint");
+      const kept = await hp.guard("create_invoice", { iban: "DE89 3704" }, () => ({ id: 4 }), { operationRef: "in/private", sendInput: false });
+      assert.ok(kept.ok && !kept.inputSent);
+      assert.equal((await hp.getStep("in/private")).proposal?.input ?? null, null);
+    });
+
+    it("a server that is not Holdpoint: an InvalidResponse naming what is missing, nothing run", async () => {
+      const { downstream } = ctx();
+      const elsewhere = new Holdpoint(downstream.url, ctx().live.apiKey);
+      await assert.rejects(elsewhere.getStep("x/1"), (e: unknown) => e instanceof InvalidResponse && e.missing === "answer.operation_ref");
+      let ran = false;
+      await assert.rejects(
+        elsewhere.guard("create_invoice", { amount: 1 }, () => {
+          ran = true;
+        }),
+        (e: unknown) => e instanceof InvalidResponse && e.missing === "status 201",
+      );
+      assert.equal(ran, false);
     });
 
     it("verifyWebhook accepts what the Python SDK signs, and nothing else", async () => {
