@@ -289,7 +289,7 @@ async function askGate(
 
 /** The granted call, bounded by timeoutMs and the caller's signal, then its report. */
 async function runAndReport<R>(client: Holdpoint, asked: Asked, run: ToolRun<R>, options: GuardOptions): Promise<Outcome<R>> {
-  const { operationRef, tool, input, grant, envelopeKey } = asked;
+  const { operationRef, input, grant } = asked;
   const controller = new AbortController();
   const stop = (reason: unknown): void => controller.abort(reason);
   const onAbort = (): void => stop(options.signal?.reason ?? new DOMException("aborted", "AbortError"));
@@ -315,11 +315,25 @@ async function runAndReport<R>(client: Holdpoint, asked: Asked, run: ToolRun<R>,
     options.signal?.removeEventListener("abort", onAbort);
   }
 
-  let failure: Failure | null = null;
+  return report(client, asked, options, threw ? { thrown } : { result });
+}
+
+/** The envelope of a call's result (or of what it threw, or of an explicit Failure), posted
+ * with the attempt's Idempotency-Key. */
+async function report<R>(
+  client: Holdpoint,
+  asked: Asked,
+  options: GuardOptions,
+  what: { result?: R | undefined; thrown?: unknown; failure?: Failure },
+): Promise<Outcome<R>> {
+  const { operationRef, tool, input, grant, envelopeKey } = asked;
+  const threw = "thrown" in what;
+  const { result, thrown } = what;
+  let failure: Failure | null = what.failure ?? null;
   const mapping = { sideEffects: options.sideEffects ?? true, defaultDelayMs: client.defaultRetryDelayMs ?? DEFAULT_RETRY_DELAY_MS };
-  if (threw) {
+  if (failure === null && threw) {
     failure = options.classify?.(thrown) ?? failureForError(thrown, mapping);
-  } else {
+  } else if (failure === null) {
     const http = await httpAnswerOf(result);
     if (http) failure = failureForResponse(http, mapping);
   }
@@ -349,7 +363,7 @@ async function runAndReport<R>(client: Holdpoint, asked: Asked, run: ToolRun<R>,
     step: answer.step,
     directive: answer.directive,
     attempt: grant.attempt,
-    result: threw ? undefined : result,
+    result: threw || what.failure ? undefined : result,
     error: thrown,
     failure,
     envelope,
@@ -395,6 +409,28 @@ export class GuardedCall {
   /** The directive of the gate's answer (proceed when granted). */
   get directive(): Directive {
     return this.refusal ? this.refusal.directive : (this.asked as Asked).grant.directive;
+  }
+
+  private take(): Asked {
+    if (this.refusal) throw new Error("the attempt gate refused this call: there is nothing to report");
+    if (!this.asked) throw new Error("a GuardedCall reports one call; begin a new one for the next attempt");
+    const asked = this.asked;
+    this.asked = null; // a grant is used once
+    return asked;
+  }
+
+  /** Report that a call made outside `run` committed (the Python SDK's `report_success`). */
+  async reportSuccess<R>(result?: R, options: { evidenceRef?: string } = {}): Promise<Outcome<R>> {
+    const evidence = options.evidenceRef;
+    const reportOptions = evidence !== undefined ? { ...this.options, evidenceRef: () => evidence } : this.options;
+    return report(this.client, this.take(), reportOptions, { result });
+  }
+
+  /** Report that a call made outside `run` failed: what it threw (mapped as `run`'s would be),
+   * or an explicit `Failure`. */
+  async reportFailure(error: unknown): Promise<Outcome<never>> {
+    const asked = this.take();
+    return report(this.client, asked, this.options, error instanceof Failure ? { failure: error } : { thrown: error });
   }
 
   /** Run the call if granted, report it, and wait for a hold within `waitForHoldMs`. */

@@ -14,6 +14,7 @@ import {
   AttemptRefused,
   DecisionTimeout,
   Failure,
+  GuardedCall,
   Holdpoint,
   HoldpointUnavailable,
   IdempotencyRequestInFlight,
@@ -218,6 +219,24 @@ describe("problem+json answers are typed errors", () => {
     assert.equal(ran, false);
     assert.equal(sent.length, 1);
     assert.match(sent[0]?.headers["idempotency-key"] ?? "", /^att_/);
+  });
+  it("GuardedCall: the gate first, then a report of a call made elsewhere, once", async () => {
+    const { fetch, sent } = fakeFetch((request) =>
+      request.url.endsWith("/attempts")
+        ? json(201, { attempt: 1, step: step(), directive: step()["directive"] })
+        : json(201, { envelope_id: 7, correlation_id: "c", step: step({ state: "needs_input" }), directive: { action: "fix_input", may_write: false, not_before: null, reason: "input_fix_required" }, dropped_detail_keys: [] }),
+    );
+    const hp = new Holdpoint("http://hp.test", "hp_key", { fetch });
+    const call = await GuardedCall.begin(hp, "send_email", { to: "bob" }, { operationRef: "op_1" });
+    assert.equal(call.refusal, null);
+    assert.equal(call.directive.action, "proceed");
+    const outcome = await call.reportFailure(Failure.invalidInput("INVALID_RECIPIENT", { field: "to" }));
+    assert.equal(outcome.action, "fix_input");
+    const envelope = JSON.parse(sent[1]?.body ?? "{}") as Record<string, unknown>;
+    assert.deepEqual([envelope["code"], envelope["next_action"], envelope["attempt"]], ["INVALID_RECIPIENT", "correct_input", 1]);
+    assert.match(sent[1]?.headers["idempotency-key"] ?? "", /^env_/);
+    await assert.rejects(call.reportSuccess({ id: 1 }), /reports one call/);
+    assert.equal(sent.length, 2);
   });
   it("a report that cannot be delivered is ReportNotDelivered with the envelope and its key", async () => {
     const { fetch } = fakeFetch((sent) => (sent.url.endsWith("/attempts") ? json(201, { attempt: 1, step: step(), directive: step()["directive"] }) : json(503, { code: "unavailable" })));
