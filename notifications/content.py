@@ -6,8 +6,10 @@ safe_details, a short form of the proposal, the step's link) and "and N more", a
 tools. Renderers then write it as email (text and HTML, autoescaped), Slack Block Kit (built
 with slack_sdk's block models; agent text only ever in plain_text objects, with Slack's three
 reserved characters escaped, so `<!channel>` or `*bold*` reaches Slack as text) or the JSON of
-a signed webhook. Everything here comes from stored, redacted data: no secret, and no link that
-decides anything (the only link is the step page)."""
+a signed webhook. Slack shows the proposal whole when it fits a section, and offers Approve only
+then (`slack_proposal`); email and webhooks, which decide nothing, keep the short form.
+Everything here comes from stored, redacted data: no secret, and no link that decides anything
+(the only link is the step page)."""
 
 from __future__ import annotations
 

@@ -6,16 +6,24 @@ SLACK_SIGNING_SECRET (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`, the timestamp
 minutes, a constant-time comparison) before anything in it is read; anything else is 401 and
 nothing is decided. Without SLACK_SIGNING_SECRET the endpoint does not exist (404).
 
-`Approve` carries `{team, operation_ref, etag}`: the ETag of the step when the message was
-built. The Slack member is the Holdpoint user linked to them (SlackLink); that user decides
-through reviewers.services.decide_with_etag, the one decision path of the reviewer API and the
+`Approve` is offered only by a message that shows the step's whole proposal, sent and not
+redacted (content.slack_proposal). Its value carries `{team, operation_ref, etag, fp, mac}`:
+the step's ETag when the message was built, the first 12 hex digits of the proposal's
+fingerprint (the message shows them too) and Holdpoint's MAC over team, ref, ETag and the full
+fingerprint (slack_buttons). On the locked step, the MAC must verify with the step's current
+ETag and proposal, else nothing is decided and the clicker alone is told the message is out of
+date (a value that does not verify may not rewrite a message for everyone). The Slack member
+is the Holdpoint user linked to them (SlackLink); that user decides through
+reviewers.services.decide_with_etag, the one decision path of the reviewer API and the
 dashboard, with that user's roles. The message is then updated through Slack's `response_url`
-by a task on the notifications queue (Slack wants its 200 within 3 s): "approved by X", or
-"already decided by ..." when the step had moved (412). Refusals that concern only the clicker
-(not linked, a viewer, not a member) go to them alone (ephemeral), and decide nothing.
+by a task on the notifications queue (Slack wants its 200 within 3 s): "approved by X", and
+after the first of two approvals the whole proposal again with a fresh Approve. Refusals (out
+of date, not linked, a viewer, not a member) go to the clicker alone (ephemeral), and decide
+nothing.
 
-`Reject` is a URL button (a reason is needed: it opens the step page); its click posts here too
-and is answered 200 with nothing done. Nothing here logs the signature, a token or the
+`Reject` is a URL button (a reason is needed: it opens the step page), as is the `Open the step
+page` that replaces both when Approve is not offered; their clicks post here too and are
+answered 200 with nothing done. Nothing here logs the signature, a token or the
 response_url.
 """
 
