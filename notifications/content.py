@@ -46,6 +46,9 @@ PROPOSAL_CHARS = 300
 SLACK_PROPOSAL_CHARS = 2800
 SAFE_DETAIL_CHARS = 200
 SLACK_MAX_BLOCKS = 50
+# Slack also refuses a message whose blocks are too long in all (`msg_blocks_too_long`, well
+# below its documented 40,000 characters): a message's blocks stay within this much JSON.
+SLACK_MAX_BLOCKS_JSON = 12_000
 
 TITLES = {
     "approval.requested": "Approval requested",
@@ -457,6 +460,10 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
     ]
 
 
+def _json_size(block: Block) -> int:
+    return len(json.dumps(block.to_dict(), separators=(",", ":"), ensure_ascii=False))
+
+
 def render_slack(content: Content) -> dict[str, Any]:
     """An incoming-webhook body: `text` (the notification's fallback) and Block Kit `blocks`."""
     blocks: list[Block] = [HeaderBlock(text=_plain(f"Holdpoint {content.team}: {content.title}", 150))]
@@ -474,15 +481,22 @@ def render_slack(content: Content) -> dict[str, Any]:
             ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(halt.url)}|Open the tool page>")])
         )
     more = content.more
+    size = sum(_json_size(block) for block in blocks)
+    footer = 2 * _json_size(SectionBlock(text=_plain(f"and {DIGEST_STEPS} more")))  # and the queues link
     for index, facts in enumerate(content.steps):
         step = [DividerBlock(), *_step_blocks(facts, content.team)]
-        # Slack refuses more than 50 blocks: a step is shown with all its blocks or counted in
-        # "and N more", so no step's buttons ever go without its proposal.
+        step_size = sum(_json_size(block) for block in step)
+        # Within Slack's limits, a step is shown with all its blocks or counted in "and N more",
+        # so no step's buttons ever go without its proposal.
         later = len(content.steps) - index - 1 + more
-        if len(blocks) + len(step) + (1 if later else 0) + 1 > SLACK_MAX_BLOCKS:
+        if index and (
+            len(blocks) + len(step) + (1 if later else 0) + 1 > SLACK_MAX_BLOCKS
+            or size + step_size + footer > SLACK_MAX_BLOCKS_JSON
+        ):
             more += len(content.steps) - index
             break
         blocks.extend(step)
+        size += step_size
     if more:
         blocks.append(SectionBlock(text=_plain(f"and {more} more")))
     blocks.append(

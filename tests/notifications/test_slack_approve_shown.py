@@ -224,6 +224,29 @@ def test_a_digest_never_shows_buttons_without_their_proposal(team: Team, agent: 
     assert more == [f"and {12 - len(shown)} more"]
 
 
+def test_a_digest_of_long_proposals_stays_within_what_slack_takes_in_all(
+    team: Team, agent: AgentClient, channel: None
+) -> None:
+    """Slack refuses blocks too long in all (msg_blocks_too_long) below its documented limits:
+    whole proposals that would pass SLACK_MAX_BLOCKS_JSON go to "and N more", not cut."""
+    for n in range(10):
+        hold_proposing(agent, f"run_13/{n}", {**SHORT, "note": f"{n} " + "checked twice. " * 160})
+    body = render_slack(content_build(team="acme", notices=list(Notice.objects.order_by("id")), now=timezone.now()))
+
+    blocks = body["blocks"]
+    assert sum(len(json.dumps(block, separators=(",", ":"), ensure_ascii=False)) for block in blocks) <= 12_000
+    proposals = [
+        b["text"]["text"] for b in blocks if b["type"] == "section" and b["text"]["text"].startswith("proposal")
+    ]
+    approves = [
+        e for b in blocks if b["type"] == "actions" for e in b["elements"] if e["action_id"] == "holdpoint.approve"
+    ]
+    assert 1 <= len(proposals) < 10 and len(approves) == len(proposals)
+    assert all("shown whole" in text for text in proposals)
+    more = [b["text"]["text"] for b in blocks if b["type"] == "section" and b["text"]["text"].startswith("and ")]
+    assert more == [f"and {10 - len(proposals)} more"]
+
+
 # --- pressing ----------------------------------------------------------------------------------
 
 
