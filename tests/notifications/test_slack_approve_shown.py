@@ -487,3 +487,32 @@ def test_with_two_approvals_an_edit_leaves_the_agents_input_under_review_and_sho
     assert post(press(approve_of(body), "U0RITA", receiver.url())).status_code == 200
     assert Decision.objects.get(reviewer__username="rita").input_fingerprint == input_fingerprint(SHORT)
     assert replies(receiver)[0]["text"].startswith("Approved by rita (1 of 2 approvals)")
+
+
+def test_a_decision_binding_another_input_than_the_one_shown_is_undone(
+    team: Team, shown: Step, slack: SlackReceiver, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the decision service ever bind another input than the proposal a message shows
+    (the binding and the proposal are computed apart), the press writes nothing."""
+    from notifications import content
+    from notifications import slack as slack_module
+
+    shown_elsewhere = {**SHORT, "payee": "acct_shown_but_not_bound"}
+    fingerprint = input_fingerprint(shown_elsewhere)
+
+    def facts(step: dict[str, Any]) -> content.ProposalFacts:
+        return content.ProposalFacts(input=shown_elsewhere, fingerprint=fingerprint, redacted=False, edited=False)
+
+    monkeypatch.setattr(slack_module, "proposal_facts", facts)
+    etag = f'"{shown.pk}.{shown.version}"'
+    value = {
+        "team": "acme",
+        "operation_ref": "run_9/refund",
+        "etag": etag,
+        "fp": fingerprint[:12],
+        "mac": expected_mac(team="acme", operation_ref="run_9/refund", etag=etag, fingerprint=fingerprint),
+    }
+    assert post(press(json.dumps(value), "U0RITA", receiver.url())).status_code == 200
+    nothing_decided(shown)
+    (reply,) = replies(receiver)
+    assert reply["response_type"] == "ephemeral" and "out of date" in reply["text"]
