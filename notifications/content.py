@@ -391,19 +391,18 @@ def step_buttons(
 ) -> ActionsBlock:
     """With the whole proposal shown: `Approve` posts back to /integrations/slack/actions with a
     value Holdpoint signed for this step, ETag and fingerprint (slack_buttons), and `Reject` opens
-    the step page (a reason is needed). Otherwise one link button to the step page: a Reject
-    beside it would open the same page."""
+    the step page (a reason is needed). Otherwise no Approve, and no Reject either (it would only
+    open the same page). `Open the step page` in both cases, a link that decides nothing."""
+    page = ButtonElement(text="Open the step page", action_id="holdpoint.open", url=url)
     if not proposal.approvable:
-        return ActionsBlock(
-            block_id=f"holdpoint-step-{step_id}",
-            elements=[ButtonElement(text="Open the step page", action_id="holdpoint.open", url=url)],
-        )
+        return ActionsBlock(block_id=f"holdpoint-step-{step_id}", elements=[page])
     value = approve_value(team=team, operation_ref=operation_ref, etag=etag, fingerprint=proposal.fingerprint)
     return ActionsBlock(
         block_id=f"holdpoint-step-{step_id}",
         elements=[
             ButtonElement(text="Approve", action_id="holdpoint.approve", value=value, style="primary"),
             ButtonElement(text="Reject", action_id="holdpoint.reject", url=url),
+            page,
         ],
     )
 
@@ -451,13 +450,10 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
         url=facts.url,
         proposal=facts.proposal_facts,
     )
-    return [
-        SectionBlock(text=_plain("\n".join(lines), 3000)),
-        proposal,
-        # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing.
-        ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(facts.url)}|Open the step page>")]),
-        *buttons,
-    ]
+    # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing; a button
+    # when the step has buttons, else a link.
+    page = ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(facts.url)}|Open the step page>")])
+    return [SectionBlock(text=_plain("\n".join(lines), 3000)), proposal, *(buttons or [page])]
 
 
 def _json_size(block: Block) -> int:
