@@ -210,6 +210,18 @@ def test_characters_that_print_as_nothing_are_shown_escaped(
     assert approve_of(message_for(slack, "run_7/refund"))
 
 
+def test_invisible_characters_beyond_the_basic_plane_round_trip_as_json_escapes() -> None:
+    from notifications.content import visible_json
+
+    value = {"payee": "acct\U000e0041\u2028\u00a0_1", "emoji": "\U0001f4b8", "\u200dkey": [1, "two"]}
+    for indent in (2, None):
+        text = visible_json(value, indent=indent)
+        assert text.isascii() is False  # the printable emoji is kept as it is
+        assert all(char.isprintable() or char == "\n" for char in text)
+        assert json.loads(text) == value
+    assert "\\udb40\\udc41" in visible_json(value, indent=None)
+
+
 def test_a_digest_never_shows_buttons_without_their_proposal(team: Team, agent: AgentClient, channel: None) -> None:
     """Slack takes 50 blocks: steps that do not fit whole go to "and N more"."""
     for n in range(12):
@@ -248,6 +260,18 @@ def test_a_digest_of_long_proposals_stays_within_what_slack_takes_in_all(
 
 
 # --- pressing ----------------------------------------------------------------------------------
+
+
+def test_open_the_step_page_is_a_link_whose_click_decides_nothing(
+    team: Team, agent: AgentClient, slack: SlackReceiver, channel: None, receiver: Receiver, make_reviewer: Any
+) -> None:
+    link(make_reviewer("rita", "reviewer"), "U0RITA")
+    step = hold(agent, "run_14/refund")
+    notify()
+    assert_step_page_only(message_for(slack, "run_14/refund"), step)
+    assert post(press("", "U0RITA", receiver.url(), action_id="holdpoint.open")).status_code == 200
+    nothing_decided(step)
+    assert receiver.received == []
 
 
 @pytest.fixture
