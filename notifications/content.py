@@ -6,8 +6,10 @@ safe_details, a short form of the proposal, the step's link) and "and N more", a
 tools. Renderers then write it as email (text and HTML, autoescaped), Slack Block Kit (built
 with slack_sdk's block models; agent text only ever in plain_text objects, with Slack's three
 reserved characters escaped, so `<!channel>` or `*bold*` reaches Slack as text) or the JSON of
-a signed webhook. Everything here comes from stored, redacted data: no secret, and no link that
-decides anything (the only link is the step page)."""
+a signed webhook. Slack shows the proposal whole when it fits a section, and offers Approve only
+then (`slack_proposal`); email and webhooks, which decide nothing, keep the short form.
+Everything here comes from stored, redacted data: no secret, and no link that decides anything
+(the only link is the step page)."""
 
 from __future__ import annotations
 
@@ -34,11 +36,19 @@ from slack_sdk.models.blocks import (
 from envelopes.presenters import rfc3339, step_representation
 
 from .models import Notice
+from .slack_buttons import approve_value, fingerprint_shown
 
 DIGEST_STEPS = 10
 PROPOSAL_CHARS = 300
+# Slack: a section's text is at most 3000 characters. The proposal has a section of its own: a
+# heading line (well under 200) and the input, shown whole only up to this many characters once
+# escaped, else cut to PROPOSAL_CHARS and offered without Approve.
+SLACK_PROPOSAL_CHARS = 2800
 SAFE_DETAIL_CHARS = 200
 SLACK_MAX_BLOCKS = 50
+# Slack also refuses a message whose blocks are too long in all (`msg_blocks_too_long`, well
+# below its documented 40,000 characters): a message's blocks stay within this much JSON.
+SLACK_MAX_BLOCKS_JSON = 12_000
 
 TITLES = {
     "approval.requested": "Approval requested",
@@ -79,6 +89,52 @@ def proposal_short(step: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
+class ProposalFacts:
+    """The proposal as a message may show it: the stored (redacted) input and its fingerprint."""
+
+    input: dict[str, Any] | None  # None: the agent sent no input
+    fingerprint: str
+    redacted: bool  # `input_redacted`, or a `[REDACTED:` value anywhere in it
+    edited: bool  # a reviewer's edit of the agent's input, under review
+
+
+def _holds_redaction(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "[REDACTED:" in item:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def proposal_facts(step: dict[str, Any]) -> ProposalFacts | None:
+    """The proposal of a step in the §4 shape (`step_representation`), or None when it has none."""
+    proposal = step.get("proposal")
+    if not isinstance(proposal, dict):
+        return None
+    value = proposal.get("input")
+    value = value if isinstance(value, dict) else None
+    fingerprint = str(proposal.get("input_fingerprint") or "")
+    edited = any(
+        decision.get("action") == "approve"
+        and decision.get("edited")
+        and decision.get("input_fingerprint") == fingerprint
+        for decision in step.get("decisions") or []
+    )
+    return ProposalFacts(
+        input=value,
+        fingerprint=fingerprint,
+        redacted=bool(proposal.get("input_redacted")) or (value is not None and _holds_redaction(value)),
+        edited=edited,
+    )
+
+
+@dataclass(frozen=True)
 class StepFacts:
     event: str
     title: str
@@ -97,6 +153,7 @@ class StepFacts:
     escalated_from: str | None = None
     step_id: int | None = None
     etag: str = ""  # the step's ETag when the message was built (§10's Approve decides with it)
+    proposal_facts: ProposalFacts | None = None  # the whole proposal, for Slack's Approve
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -198,6 +255,7 @@ def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
         escalated_from=notice.escalated_from.label if notice.escalated_from_id and notice.escalated_from else None,
         step_id=notice.step.pk,
         etag=f'"{notice.step.pk}.{notice.step.version}"',
+        proposal_facts=proposal_facts(step),
     )
 
 
@@ -263,24 +321,113 @@ def slack_actions_enabled() -> bool:
     return bool(getattr(settings, "SLACK_SIGNING_SECRET", ""))
 
 
-def approve_reject(*, team: str, step_id: int, operation_ref: str, etag: str, url: str) -> ActionsBlock:
-    """`Approve` posts back to /integrations/slack/actions (Slack signs it; it decides with the
-    ETag the message was built with); `Reject` only opens the step page (a reason is needed)."""
-    value = json.dumps({"team": team, "operation_ref": operation_ref, "etag": etag}, separators=(",", ":"))
+def _u_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def visible_json(value: Any, *, indent: int | None) -> str:
+    """The input as JSON in which every character can be seen: json.dumps escapes control
+    characters, and this also escapes, as JSON `\\u` escapes (the same JSON value), what prints
+    as nothing or as something else: bidi overrides, zero-width and odd spaces, line separators."""
+    separators = (",", ": ") if indent is not None else (",", ":")
+    text = json.dumps(value, indent=indent, sort_keys=True, ensure_ascii=False, separators=separators)
+    # Outside strings json.dumps writes only printable characters and the indent's newlines;
+    # inside them it escapes every newline, so a kept "\n" is never the agent's.
+    return "".join(char if char.isprintable() or char == "\n" else _u_escape(char) for char in text)
+
+
+@dataclass(frozen=True)
+class SlackProposal:
+    """The proposal's section in a Slack message, and whether Approve may go with it."""
+
+    text: str  # not yet escaped for Slack (`_plain` escapes it)
+    approvable: bool  # the whole input is shown, it was sent and nothing in it is redacted
+    fingerprint: str
+
+
+def slack_proposal(facts: ProposalFacts | None, *, awaiting: bool) -> SlackProposal:
+    """Approve approves only what the message shows: the input whole (pretty, else compact, if
+    it fits SLACK_PROPOSAL_CHARS once escaped), sent, and not redacted. Anything else is shown
+    as far as it goes, and the message says that the decision is on the step page."""
+    on_page = "; decide on the step page" if awaiting else ""
+    if facts is None or facts.input is None:
+        return SlackProposal(text=f"proposal: the agent sent no input{on_page}", approvable=False, fingerprint="")
+    whole = next(
+        (
+            text
+            for text in (visible_json(facts.input, indent=2), visible_json(facts.input, indent=None))
+            if len(slack_escape(text)) <= SLACK_PROPOSAL_CHARS
+        ),
+        None,
+    )
+    what = "a reviewer's edit of the agent's input" if facts.edited else "the agent's input"
+    named = f"proposal ({what}, fingerprint {fingerprint_shown(facts.fingerprint)})"
+    if whole is None:
+        compact = visible_json(facts.input, indent=None)
+        return SlackProposal(
+            text=(
+                f"{named}, cut: {len(compact)} characters, more than a Slack message shows whole; the"
+                f" step page shows it all{' and decides on it' if awaiting else ''}:\n{_clip(compact, PROPOSAL_CHARS)}"
+            ),
+            approvable=False,
+            fingerprint=facts.fingerprint,
+        )
+    if facts.redacted:
+        return SlackProposal(
+            text=f"{named}, redacted: part of it is hidden{on_page}:\n{whole}",
+            approvable=False,
+            fingerprint=facts.fingerprint,
+        )
+    tail = ", shown whole: Approve approves exactly this input" if awaiting else ", shown whole"
+    return SlackProposal(text=f"{named}{tail}:\n{whole}", approvable=True, fingerprint=facts.fingerprint)
+
+
+def step_buttons(
+    *, team: str, step_id: int, operation_ref: str, etag: str, url: str, proposal: SlackProposal
+) -> ActionsBlock:
+    """With the whole proposal shown: `Approve` posts back to /integrations/slack/actions with a
+    value Holdpoint signed for this step, ETag and fingerprint (slack_buttons), and `Reject` opens
+    the step page (a reason is needed). Otherwise no Approve, and no Reject either (it would only
+    open the same page). `Open the step page` in both cases, a link that decides nothing."""
+    page = ButtonElement(text="Open the step page", action_id="holdpoint.open", url=url)
+    if not proposal.approvable:
+        return ActionsBlock(block_id=f"holdpoint-step-{step_id}", elements=[page])
+    value = approve_value(team=team, operation_ref=operation_ref, etag=etag, fingerprint=proposal.fingerprint)
     return ActionsBlock(
         block_id=f"holdpoint-step-{step_id}",
         elements=[
             ButtonElement(text="Approve", action_id="holdpoint.approve", value=value, style="primary"),
             ButtonElement(text="Reject", action_id="holdpoint.reject", url=url),
+            page,
         ],
     )
 
 
-def _actions(team: str, facts: StepFacts) -> ActionsBlock:
-    assert facts.step_id is not None
-    return approve_reject(
-        team=team, step_id=facts.step_id, operation_ref=facts.operation_ref, etag=facts.etag, url=facts.url
-    )
+def step_decision_blocks(
+    *,
+    team: str,
+    step_id: int | None,
+    state: str,
+    operation_ref: str,
+    etag: str,
+    url: str,
+    proposal: ProposalFacts | None,
+) -> list[Block]:
+    """The proposal's section and, for a step awaiting approval with §10 configured, its buttons:
+    the message a notification sends and the one a first of two approvals leaves behind."""
+    awaiting = state == "awaiting_approval" and step_id is not None and slack_actions_enabled()
+    shown = slack_proposal(proposal, awaiting=awaiting)
+    blocks: list[Block] = [SectionBlock(text=_plain(shown.text, 3000))]
+    if awaiting:
+        assert step_id is not None
+        blocks.append(
+            step_buttons(team=team, step_id=step_id, operation_ref=operation_ref, etag=etag, url=url, proposal=shown)
+        )
+    return blocks
 
 
 def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
@@ -294,16 +441,23 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
         lines.append(f"escalated from: {facts.escalated_from}")
     if facts.safe_details:
         lines.append("safe_details: " + ", ".join(f"{k}={v}" for k, v in facts.safe_details.items()))
-    if facts.proposal:
-        lines.append(f"proposal: {facts.proposal}")
-    blocks: list[Block] = [
-        SectionBlock(text=_plain("\n".join(lines), 3000)),
-        # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing.
-        ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(facts.url)}|Open the step page>")]),
-    ]
-    if facts.state == "awaiting_approval" and facts.step_id is not None and slack_actions_enabled():
-        blocks.append(_actions(team, facts))
-    return blocks
+    proposal, *buttons = step_decision_blocks(
+        team=team,
+        step_id=facts.step_id,
+        state=facts.state,
+        operation_ref=facts.operation_ref,
+        etag=facts.etag,
+        url=facts.url,
+        proposal=facts.proposal_facts,
+    )
+    # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing; a button
+    # when the step has buttons, else a link.
+    page = ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(facts.url)}|Open the step page>")])
+    return [SectionBlock(text=_plain("\n".join(lines), 3000)), proposal, *(buttons or [page])]
+
+
+def _json_size(block: Block) -> int:
+    return len(json.dumps(block.to_dict(), separators=(",", ":"), ensure_ascii=False))
 
 
 def render_slack(content: Content) -> dict[str, Any]:
@@ -322,15 +476,29 @@ def render_slack(content: Content) -> dict[str, Any]:
         blocks.append(
             ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(halt.url)}|Open the tool page>")])
         )
-    for facts in content.steps:
-        blocks.append(DividerBlock())
-        blocks.extend(_step_blocks(facts, content.team))
-    if content.more:
-        blocks.append(SectionBlock(text=_plain(f"and {content.more} more")))
+    more = content.more
+    size = sum(_json_size(block) for block in blocks)
+    footer = 2 * _json_size(SectionBlock(text=_plain(f"and {DIGEST_STEPS} more")))  # and the queues link
+    for index, facts in enumerate(content.steps):
+        step = [DividerBlock(), *_step_blocks(facts, content.team)]
+        step_size = sum(_json_size(block) for block in step)
+        # Within Slack's limits, a step is shown with all its blocks or counted in "and N more",
+        # so no step's buttons ever go without its proposal.
+        later = len(content.steps) - index - 1 + more
+        if index and (
+            len(blocks) + len(step) + (1 if later else 0) + 1 > SLACK_MAX_BLOCKS
+            or size + step_size + footer > SLACK_MAX_BLOCKS_JSON
+        ):
+            more += len(content.steps) - index
+            break
+        blocks.extend(step)
+        size += step_size
+    if more:
+        blocks.append(SectionBlock(text=_plain(f"and {more} more")))
     blocks.append(
         ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(content.queue_url)}|Open the queues>")])
     )
-    if len(blocks) > SLACK_MAX_BLOCKS:  # Slack refuses more; the queues link stays last
+    if len(blocks) > SLACK_MAX_BLOCKS:  # many halted tools: the queues link stays last
         blocks = blocks[: SLACK_MAX_BLOCKS - 1] + blocks[-1:]
     return {
         "text": slack_escape(f"Holdpoint {content.team}: {content.title}"),

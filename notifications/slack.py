@@ -6,16 +6,24 @@ SLACK_SIGNING_SECRET (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`, the timestamp
 minutes, a constant-time comparison) before anything in it is read; anything else is 401 and
 nothing is decided. Without SLACK_SIGNING_SECRET the endpoint does not exist (404).
 
-`Approve` carries `{team, operation_ref, etag}`: the ETag of the step when the message was
-built. The Slack member is the Holdpoint user linked to them (SlackLink); that user decides
-through reviewers.services.decide_with_etag, the one decision path of the reviewer API and the
+`Approve` is offered only by a message that shows the step's whole proposal, sent and not
+redacted (content.slack_proposal). Its value carries `{team, operation_ref, etag, fp, mac}`:
+the step's ETag when the message was built, the first 12 hex digits of the proposal's
+fingerprint (the message shows them too) and Holdpoint's MAC over team, ref, ETag and the full
+fingerprint (slack_buttons). On the locked step, the MAC must verify with the step's current
+ETag and proposal, else nothing is decided and the clicker alone is told the message is out of
+date (a value that does not verify may not rewrite a message for everyone). The Slack member
+is the Holdpoint user linked to them (SlackLink); that user decides through
+reviewers.services.decide_with_etag, the one decision path of the reviewer API and the
 dashboard, with that user's roles. The message is then updated through Slack's `response_url`
-by a task on the notifications queue (Slack wants its 200 within 3 s): "approved by X", or
-"already decided by ..." when the step had moved (412). Refusals that concern only the clicker
-(not linked, a viewer, not a member) go to them alone (ephemeral), and decide nothing.
+by a task on the notifications queue (Slack wants its 200 within 3 s): "approved by X", and
+after the first of two approvals the whole proposal again with a fresh Approve. Refusals (out
+of date, not linked, a viewer, not a member) go to the clicker alone (ephemeral), and decide
+nothing.
 
-`Reject` is a URL button (a reason is needed: it opens the step page); its click posts here too
-and is answered 200 with nothing done. Nothing here logs the signature, a token or the
+`Reject` is a URL button (a reason is needed: it opens the step page), as is the `Open the step
+page` that replaces both when Approve is not offered; their clicks post here too and are
+answered 200 with nothing done. Nothing here logs the signature, a token or the
 response_url.
 """
 
@@ -31,18 +39,24 @@ from typing import Any
 from django.conf import settings
 from django.core import signing
 from django.core.cache import cache
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from slack_sdk.models.blocks import ActionsBlock, ContextBlock, MarkdownTextObject, PlainTextObject, SectionBlock
+from slack_sdk.models.blocks import ContextBlock, MarkdownTextObject, PlainTextObject, SectionBlock
 from slack_sdk.signature import SignatureVerifier
 
+from approvals.services import DecisionResult
 from envelopes.errors import StepNotFound
+from envelopes.models import Step
+from envelopes.presenters import step_representation
+from envelopes.services import step_lock_for_decision
 from reviewers import errors, services
 from reviewers.services import step_etag
 
-from .content import approve_reject, base_url, slack_escape
+from .content import base_url, proposal_facts, slack_escape, slack_proposal, step_decision_blocks
 from .models import SLACK_TEAM_ID_RE, SLACK_USER_ID_RE, SlackLink
+from .slack_buttons import ApproveValue, fingerprint_shown, value_fields
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +84,8 @@ class Press:
     team: str = ""
     operation_ref: str = ""
     etag: str = ""
+    fingerprint_shown: str = ""  # "" when the value had none (an older message) or a malformed one
+    mac: str = ""
 
 
 # --- checking what Slack sent ----------------------------------------------------------------------
@@ -128,6 +144,7 @@ def press_parse(body: dict[str, Any]) -> Press | None:
         raise PayloadInvalid("actions[0].value is not JSON") from error
     if not isinstance(value, dict):
         raise PayloadInvalid("actions[0].value is not an object")
+    fingerprint, mac = value_fields(value.get("fp"), value.get("mac"))
     return Press(
         slack_team_id=press.slack_team_id,
         slack_user_id=press.slack_user_id,
@@ -136,6 +153,18 @@ def press_parse(body: dict[str, Any]) -> Press | None:
         team=_text(value.get("team"), "value.team", limit=100),
         operation_ref=_text(value.get("operation_ref"), "value.operation_ref", limit=200),
         etag=_text(value.get("etag"), "value.etag", limit=100, pattern=r'\A"\d+\.\d+"\Z'),
+        fingerprint_shown=fingerprint,
+        mac=mac,
+    )
+
+
+def press_value(press: Press) -> ApproveValue:
+    return ApproveValue(
+        team=press.team,
+        operation_ref=press.operation_ref,
+        etag=press.etag,
+        fingerprint_shown=press.fingerprint_shown,
+        mac=press.mac,
     )
 
 
@@ -186,15 +215,15 @@ def link_url(press: Press) -> str:
 
 
 def _reply(
-    text: str, *, replace: bool, link: str = "", link_text: str = "", buttons: ActionsBlock | None = None
+    text: str, *, replace: bool, link: str = "", link_text: str = "", step: list[Any] | None = None
 ) -> dict[str, Any]:
     """A response_url body: `replace_original` (for everyone) or an ephemeral note to the
-    clicker. Agent text only ever in plain_text; links are Holdpoint's own."""
+    clicker. Agent text only ever in plain_text; links are Holdpoint's own; `step`: the blocks
+    of `step_decision_blocks` (the proposal shown whole, and its buttons)."""
     blocks: list[Any] = [SectionBlock(text=PlainTextObject(text=slack_escape(text)[:2900], emoji=False))]
     if link:
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"<{slack_escape(link)}|{link_text}>")]))
-    if buttons is not None:
-        blocks.append(buttons)
+    blocks.extend(step or [])
     body: dict[str, Any] = {"text": slack_escape(text)[:2900], "blocks": [block.to_dict() for block in blocks]}
     if replace:
         body["replace_original"] = True
@@ -220,6 +249,41 @@ def reply_enqueue(press: Press, body: dict[str, Any]) -> None:
         logger.warning("Slack action: could not enqueue the message update", exc_info=False)
 
 
+class MessageOutOfDate(Exception):
+    """The pressed Approve is not one Holdpoint made for the step as it is now."""
+
+    def __init__(self, step: Step) -> None:
+        super().__init__("out of date")
+        self.step = step
+
+
+def approve_as_shown(*, user: Any, press: Press) -> DecisionResult:
+    """Approve as `user` exactly the input the pressed message showed, or nothing.
+
+    On the locked step: the value must be Holdpoint's MAC for this team, ref, the step's current
+    ETag and the full fingerprint of its current proposal, and that proposal must still be one a
+    message shows whole (sent, not redacted); else MessageOutOfDate and nothing is written. The
+    decision is then the one decision service's (roles, four-eyes, audit link); if it bound
+    another input than the one shown, it is rolled back. Raises what decide_with_etag raises."""
+    team = services.team_membership(user=user, team_slug=press.team).team
+    step = services.step_of_team(team, press.operation_ref)
+    with transaction.atomic():
+        locked = step_lock_for_decision(team=team, step_id=step.pk)
+        shown = slack_proposal(proposal_facts(step_representation(locked)), awaiting=True)
+        etag = step_etag(locked)
+        made = press_value(press).made_for(
+            team=team.slug, operation_ref=locked.operation_ref, etag=etag, fingerprint=shown.fingerprint
+        )
+        if not (shown.approvable and made):
+            raise MessageOutOfDate(locked)
+        result = services.decide_with_etag(
+            user=user, team_slug=team.slug, operation_ref=locked.operation_ref, action="approve", etag=etag
+        )
+        if result.decision.input_fingerprint != shown.fingerprint:
+            raise MessageOutOfDate(locked)
+    return result
+
+
 def press_handle(press: Press) -> None:
     """Decide (Approve) as the linked user, and say so through the response_url."""
     link = (
@@ -243,18 +307,22 @@ def press_handle(press: Press) -> None:
     user = link.user
     name = user.get_username()
     try:
-        result = services.decide_with_etag(
-            user=user, team_slug=press.team, operation_ref=press.operation_ref, action="approve", etag=press.etag
+        result = approve_as_shown(user=user, press=press)
+    except (MessageOutOfDate, errors.StepChanged) as stale:
+        step = (
+            stale.step
+            if isinstance(stale, MessageOutOfDate)
+            else services.step_of_team(
+                services.team_membership(user=user, team_slug=press.team).team, press.operation_ref
+            )
         )
-    except errors.StepChanged:
-        step = services.step_of_team(
-            services.team_membership(user=user, team_slug=press.team).team, press.operation_ref
-        )
+        logger.info("Slack action: %s pressed an Approve out of date for step %s; nothing decided", name, step.pk)
+        # To the clicker alone: a value that does not verify may not rewrite a message for everyone.
         reply_enqueue(
             press,
             _reply(
-                _already_decided(step),
-                replace=True,
+                _out_of_date(step, press),
+                replace=False,
                 link=f"{base_url()}/steps/{step.pk}/",
                 link_text="Open the step page",
             ),
@@ -276,20 +344,38 @@ def press_handle(press: Press) -> None:
     step = result.step
     step_url = f"{base_url()}/steps/{step.pk}/"
     required = step.tool.required_approvals
-    buttons = None
+    shown = fingerprint_shown(result.decision.input_fingerprint)
+    more: list[Any] = []
     if result.transitioned or result.approvals_so_far >= required:
-        text = f"Approved by {name}: {step.tool.name} {step.operation_ref}."
+        text = f"Approved by {name}: {step.tool.name} {step.operation_ref} (input {shown})."
     else:
         text = (
             f"Approved by {name} ({result.approvals_so_far} of {required} approvals): {step.tool.name} "
-            f"{step.operation_ref} still waits for another reviewer."
+            f"{step.operation_ref} (input {shown}) still waits for another reviewer."
         )
-        # The next reviewer's Approve decides on the step as it is now (its new ETag).
-        buttons = approve_reject(
-            team=press.team, step_id=step.pk, operation_ref=step.operation_ref, etag=step_etag(step), url=step_url
+        # The next reviewer sees the whole proposal again, and its Approve is signed for the
+        # step as it is now (its new ETag).
+        more = step_decision_blocks(
+            team=press.team,
+            step_id=step.pk,
+            state=step.state,
+            operation_ref=step.operation_ref,
+            etag=step_etag(step),
+            url=step_url,
+            proposal=proposal_facts(step_representation(step)),
         )
     logger.info("Slack action: %s approved step %s", name, step.pk)
-    reply_enqueue(press, _reply(text, replace=True, link=step_url, link_text="Open the step page", buttons=buttons))
+    reply_enqueue(press, _reply(text, replace=True, link=step_url, link_text="Open the step page", step=more))
+
+
+def _out_of_date(step: Step, press: Press) -> str:
+    what = f"{step.tool.name} {step.operation_ref}"
+    if press.etag == step_etag(step):
+        return (
+            f"Not decided: this message is out of date, or its Approve was not made by Holdpoint for {what} "
+            "as it is now; open the step page to decide on it."
+        )
+    return f"{_already_decided(step)} This message is out of date: open the step page."
 
 
 def _already_decided(step: Any) -> str:

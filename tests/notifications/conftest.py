@@ -60,6 +60,33 @@ def hold(agent: AgentClient, ref: str = "run_1/charge", **overrides: Any) -> Ste
     return Step.objects.get(team__slug="acme", operation_ref=ref)
 
 
+REFUND_INPUT: dict[str, Any] = {"amount": 1250, "currency": "EUR", "customer": "cus_9", "payee": "acct_shop_1"}
+
+
+def hold_proposing(agent: AgentClient, ref: str, value: dict[str, Any] | None = None, **overrides: Any) -> Step:
+    """A step held for approval after the gate granted an attempt with `value` (the proposal)."""
+    from envelopes.proposal import input_fingerprint
+
+    value = REFUND_INPUT if value is None else value
+    tool = overrides.get("tool", "charge_card")
+    answer = agent.attempt(ref, tool=tool, fingerprint=input_fingerprint(value), input=value)
+    assert answer.status_code == 201, answer.content
+    return hold(agent, ref, **overrides)
+
+
+def expected_mac(*, team: str, operation_ref: str, etag: str, fingerprint: str, secret: str | None = None) -> str:
+    """The Approve value's MAC, computed here with hashlib and hmac as Django's salted_hmac
+    defines it (key: SHA-256 of purpose + SECRET_KEY), independently of notifications."""
+    import hashlib
+    import hmac
+
+    from django.conf import settings
+
+    key = hashlib.sha256(f"holdpoint.notifications.slack-approve.v1{secret or settings.SECRET_KEY}".encode()).digest()
+    message = json.dumps([team, operation_ref, etag, fingerprint], separators=(",", ":"))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
 @pytest.fixture
 def allow_private(settings: Any) -> None:
     settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True

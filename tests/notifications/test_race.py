@@ -2,7 +2,7 @@
 dashboard's form and Slack's Approve, in real threads on PostgreSQL, with a real Celery worker
 on the notifications queue sending Slack's message update to a local response_url receiver.
 Exactly one transition and one audit link each round; the API's loser is 412 step_changed, the
-form's "Already decided", Slack's message says "Already decided by ..."."""
+form's "Already decided", Slack's (to the clicker alone) "Already decided by ..."."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from notifications.services import channel_create
 from notifications.tasks import notify
 from tests.conftest import AgentClient, logged_in
 from tests.envelopes.test_concurrency import run_together
-from tests.notifications.conftest import SlackReceiver, hold
+from tests.notifications.conftest import SlackReceiver, hold_proposing
 from tests.notifications.test_slack_actions import SECRET, WORKSPACE, approve_value, post, press
 from tests.reviewers.conftest import ReviewerClient, token_for
 from tests.webhooks.conftest import Receiver
@@ -57,7 +57,7 @@ def test_api_form_and_slack_at_once_make_one_transition_and_one_audit_link(
     with Worker(queues="notifications", beat=False, env={"HOLDPOINT_WEBHOOK_ALLOW_PRIVATE": "true"}):
         for n in range(ROUNDS):
             ref = f"race/{n}"
-            step = hold(agent, ref)
+            step = hold_proposing(agent, ref)
             notify()
             value = approve_value(slack)  # the ETag this round's Slack message was built with
             assert json.loads(value)["operation_ref"] == ref
@@ -96,10 +96,12 @@ def test_api_form_and_slack_at_once_make_one_transition_and_one_audit_link(
             # Slack's message, updated by the worker through response_url.
             assert wait_until(lambda n=n: any(r.path == f"/actions/{n}" for r in receiver.received), timeout=30)
             (update,) = [json.loads(r.body) for r in receiver.received if r.path == f"/actions/{n}"]
-            assert update["replace_original"] is True
             if won == "slack":
+                assert update["replace_original"] is True
                 assert update["text"].startswith("Approved by sam")
             else:
+                # The loser's value no longer verifies (the step moved): told to sam alone.
+                assert (update["response_type"], update["replace_original"]) == ("ephemeral", False)
                 winner = {"api": "rita", "form": "tess"}[won]
                 assert update["text"].startswith(f"Already decided by {winner}"), update["text"]
     assert audit_verify() == []

@@ -16,12 +16,13 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from envelopes.models import Team
+from envelopes.proposal import input_fingerprint
 from notifications.models import Channel, Message, SendTry
 from notifications.sending import message_send, messages_claim, try_record
 from notifications.services import channel_create, channels_flush
 from notifications.tasks import notify
 from tests.conftest import AgentClient
-from tests.notifications.conftest import Inbox, SlackReceiver, hold
+from tests.notifications.conftest import REFUND_INPUT, Inbox, SlackReceiver, expected_mac, hold, hold_proposing
 from tests.webhooks.conftest import Answer, Receiver, TricklingReceiver
 
 pytestmark = pytest.mark.usefixtures("allow_private", "no_enqueue")
@@ -226,19 +227,26 @@ def test_with_slack_signing_configured_an_approval_carries_approve_and_reject(
     assert "actions" not in {block["type"] for block in slack.payloads()[0]["blocks"]}
 
     settings.SLACK_SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-    step = hold(agent, "run_1/with")
+    step = hold_proposing(agent, "run_1/with")
     notify()
     slack.check()
     (actions,) = [block for block in slack.payloads()[1]["blocks"] if block["type"] == "actions"]
-    approve, reject = actions["elements"]
+    approve, reject, page = actions["elements"]
     assert (approve["action_id"], approve["text"]["text"]) == ("holdpoint.approve", "Approve")
-    assert json.loads(approve["value"]) == {
+    value = json.loads(approve["value"])
+    fingerprint = input_fingerprint(REFUND_INPUT)
+    assert value == {
         "team": "acme",
         "operation_ref": "run_1/with",
         "etag": f'"{step.pk}.{step.version}"',
+        "fp": fingerprint[:12],
+        "mac": expected_mac(
+            team="acme", operation_ref="run_1/with", etag=f'"{step.pk}.{step.version}"', fingerprint=fingerprint
+        ),
     }
     assert (reject["text"]["text"], reject["url"]) == ("Reject", f"http://127.0.0.1:8000/steps/{step.pk}/")
     assert "value" not in reject  # Reject decides nothing: it opens the step page
+    assert (page["text"]["text"], page["url"]) == ("Open the step page", reject["url"]) and "value" not in page
 
 
 def test_the_slack_receiver_refuses_what_slack_refuses(slack: SlackReceiver) -> None:
