@@ -251,3 +251,38 @@ def odd_segment() -> st.SearchStrategy[str]:
 def url(route: Route, segments: dict[str, str], query: str) -> str:
     """The route's path with already-encoded segments, and the raw query."""
     return route.path.format(**segments) + (f"?{query}" if query else "")
+
+
+# --- the sweep: each parameter and each path segment, alone, with each value that broke a view --
+
+CRITICAL = [
+    "a\x00b",
+    "\x01\x1f\x7f",
+    "😀\u202e\ufeff",
+    "x" * 5000,
+    "-1",
+    "9" * 30,
+    "9999-12-31T23:59:59-23:59",
+    "cD1ub3RhZGF0ZQ==",
+]
+CRITICAL_RAW = ["%ED%A0%80", "%", "%00"]
+
+
+def sweep(
+    route: Route, segments: dict[str, str], extra_params: tuple[str, ...] = (), *, together: bool = False
+) -> list[str]:
+    """URLs that change one thing of a valid request (`segments` are valid, already encoded): a
+    parameter set to each critical value (and each crafted cursor, for `cursor`) or sent twice,
+    or a path segment set to each critical value. `together`: every parameter at once, for a
+    view that reads each whatever the others hold (a form that ignores what does not parse)."""
+    params = route.params + extra_params
+    groups = [params] if together and params else [(param,) for param in params]
+    urls = []
+    for group in groups:
+        values = CRITICAL + (CRAFTED_CURSORS if "cursor" in group else [])
+        for value in [_encoded(value) for value in values] + CRITICAL_RAW + ["1&{name}=2"]:
+            urls.append(url(route, segments, "&".join(f"{name}={value.format(name=name)}" for name in group)))
+    for key in segments:
+        urls += [url(route, {**segments, key: _encoded(value)}, "") for value in CRITICAL]
+        urls += [url(route, {**segments, key: raw}, "") for raw in CRITICAL_RAW]
+    return urls

@@ -23,6 +23,7 @@ from tests.odd_input import (
     HARMLESS_CURSORS,
     odd_query,
     odd_segment,
+    sweep,
 )
 from tests.odd_input import url as odd_url
 
@@ -390,6 +391,19 @@ def test_no_query_or_path_segment_answers_5xx(agent, listed, name: str, data: st
     query = data.draw(odd_query(route.params + API_FRAMEWORK_PARAMS), label="query")
 
     assert_answered_without_fault(agent.get(odd_url(route, segments, query)))
+
+
+def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_worst(agent, listed) -> None:
+    faults = []
+    for route in AGENT_ROUTES.values():
+        segments = {key: value for key, value in VALID_SEGMENTS.items() if "{" + key + "}" in route.path}
+        for url in sweep(route, segments, API_FRAMEWORK_PARAMS):
+            try:
+                assert_answered_without_fault(agent.get(url))
+            except Exception as fault:
+                faults.append((url[:120], repr(fault)[:200]))
+
+    assert faults == []
 
 
 @pytest.mark.parametrize("cursor", CRAFTED_CURSORS)

@@ -22,6 +22,7 @@ from tests.odd_input import (
     REVIEWER_ROUTES,
     odd_query,
     odd_segment,
+    sweep,
 )
 from tests.odd_input import url as odd_url
 from tests.reviewers.conftest import ReviewerClient, token_for
@@ -57,6 +58,22 @@ def test_no_query_or_path_segment_answers_5xx(
     client = tokens[data.draw(st.sampled_from(sorted(tokens)), label="role")]
 
     assert_answered_without_fault(client.http.get(odd_url(route, segments, query)))
+
+
+def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_worst(
+    rita_api: ReviewerClient, awaiting: Step
+) -> None:
+    valid = {"team": "acme", "ref": quote(awaiting.operation_ref, safe="")}
+    faults = []
+    for route in REVIEWER_ROUTES.values():
+        segments = {key: value for key, value in valid.items() if "{" + key + "}" in route.path}
+        for url in sweep(route, segments, API_FRAMEWORK_PARAMS):
+            try:
+                assert_answered_without_fault(rita_api.http.get(url))
+            except Exception as fault:
+                faults.append((url[:120], repr(fault)[:200]))
+
+    assert faults == []
 
 
 @pytest.mark.parametrize("cursor", CRAFTED_CURSORS)
