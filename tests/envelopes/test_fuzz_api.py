@@ -22,6 +22,7 @@ from tests.odd_input import (
     API_FRAMEWORK_PARAMS,
     CRAFTED_CURSORS,
     HARMLESS_CURSORS,
+    Route,
     odd_query,
     odd_segment,
     sweep,
@@ -404,6 +405,22 @@ def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_wors
                     assert_answered_without_fault(agent.get(url))
             except Exception as fault:
                 faults.append((url[:120], repr(fault)[:200]))
+
+    assert not faults, "\n".join(map(repr, faults))
+
+
+@pytest.mark.parametrize("endpoint", ["attempts", "verification"])
+def test_each_critical_ref_in_a_post_answers_4xx_at_worst(agent, listed, endpoint: str) -> None:
+    route = Route(f"/api/v1/steps/{{ref}}/{endpoint}", (), "agent")
+    attempt = {"tool": "send_email", "input_fingerprint": "a" * 64}
+    body = attempt if endpoint == "attempts" else {"outcome": "not_found", "checked_at": "2026-11-29T12:00:00Z"}
+    faults = []
+    for url in sweep(route, {"ref": VALID_SEGMENTS["ref"]}):
+        try:
+            with transaction.atomic():  # a fault rolls back to here: each URL is judged on its own
+                assert_answered_without_fault(agent.post(url, json.dumps(body)))
+        except Exception as fault:  # every URL is tried; the list says which failed
+            faults.append((url[:120], repr(fault)[:200]))
 
     assert not faults, "\n".join(map(repr, faults))
 

@@ -21,6 +21,7 @@ from tests.odd_input import (
     API_FRAMEWORK_PARAMS,
     CRAFTED_CURSORS,
     REVIEWER_ROUTES,
+    Route,
     odd_query,
     odd_segment,
     sweep,
@@ -76,6 +77,27 @@ def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_wors
                 faults.append((url[:120], repr(fault)[:200]))
 
     assert not faults, "\n".join(map(repr, faults))
+
+
+def test_each_critical_team_or_ref_in_a_decision_answers_4xx_at_worst_and_decides_nothing(
+    rita_api: ReviewerClient, awaiting: Step
+) -> None:
+    route = Route("/api/v1/teams/{team}/steps/{ref}/decisions", (), "reviewer")
+    segments = {"team": "acme", "ref": quote(awaiting.operation_ref, safe="")}
+    etag = rita_api.etag(awaiting.operation_ref)
+    faults = []
+    for url in sweep(route, segments):
+        try:
+            with transaction.atomic():  # a fault rolls back to here: each URL is judged on its own
+                response = rita_api.http.generic(
+                    "POST", url, json.dumps({"action": "approve"}), content_type="application/json", HTTP_IF_MATCH=etag
+                )
+                assert_answered_without_fault(response)
+        except Exception as fault:  # every URL is tried; the list says which failed
+            faults.append((url[:120], repr(fault)[:200]))
+
+    assert not faults, "\n".join(map(repr, faults))
+    assert not Decision.objects.filter(step=awaiting).exists()
 
 
 @pytest.mark.parametrize("cursor", CRAFTED_CURSORS)
