@@ -21,7 +21,6 @@ from tests.odd_input import DJANGO_ACCOUNT_PAGES, FRAMEWORK_ROUTES, POST_ONLY, R
 from tests.reviewers.conftest import token_for
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("approvals", "config", "dashboard", "envelopes", "limits", "metrics", "notifications", "reviewers", "webhooks")
 QUERY_DICTS = {"GET", "query_params"}
 
 
@@ -106,10 +105,18 @@ def _module_reads(module_name: str) -> tuple[set[str], list[str]]:
     return names, unknown
 
 
+def _packages() -> list[Path]:
+    """The project's own packages: every installed app at the repository's top, and config/."""
+    from django.apps import apps
+
+    own = {Path(config.path) for config in apps.get_app_configs() if Path(config.path).parent == ROOT}
+    return sorted(own | {ROOT / "config"})
+
+
 def _modules() -> list[str]:
     found = []
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
+    for package in _packages():
+        for path in sorted(package.rglob("*.py")):
             if "migrations" in path.parts or "management" in path.parts:
                 continue
             found.append(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
@@ -145,6 +152,21 @@ def test_every_query_parameter_the_code_reads_is_fuzzed_on_a_route_of_its_module
 
     assert unknown == [], "a read of the query string this scan cannot name: teach the scan, then fuzz it"
     assert read == {module: names for module, names in declared.items() if names}
+
+
+def test_the_scan_reads_every_app_of_the_project() -> None:
+    names = {path.name for path in _packages()}
+
+    assert {
+        "approvals",
+        "config",
+        "dashboard",
+        "envelopes",
+        "metrics",
+        "notifications",
+        "reviewers",
+        "webhooks",
+    } <= names
 
 
 def test_the_scan_sees_each_way_the_code_reads_a_parameter() -> None:
