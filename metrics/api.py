@@ -101,7 +101,7 @@ _LATEST = datetime.max.replace(tzinfo=UTC) - DEFAULT_WINDOW
 
 def parse_time(value: str) -> datetime | None:
     """RFC 3339 with an offset (`Z` or `+hh:mm`), in UTC; None for anything else, and for a time
-    a day or less from datetime's ends (its offset, or the default window, would leave the range).
+    within the default window of datetime's ends (its offset or the window would leave the range).
 
     A `+` that was not URL-encoded arrives as a space; it is read as the `+` it was.
     """
