@@ -32,6 +32,7 @@ from dashboard.shell import (
     memberships_of,
     page_render,
     teams_of,
+    tools_of,
 )
 from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
@@ -130,7 +131,10 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:200]
     memberships = memberships_of(request.user)
     result = None
-    if query:
+    if "\x00" in query:
+        # No stored id holds a NUL (PostgreSQL refuses one as a parameter): nothing matches.
+        result = queries.SearchResult(exact=[], others=[], partial_span=queries.PARTIAL_SEARCH_SPAN)
+    elif query:
         result = queries.search_steps(teams_of(request.user), query)
         if result.single is not None:
             return redirect("approvals:step", pk=result.single.pk)
@@ -333,8 +337,7 @@ def step_decide_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]:
-    teams = teams_of(request.user, slug=team_slug)
-    tools = list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
+    tools = tools_of(request.user, name, team_slug=team_slug)
     if not tools:
         raise Http404
     return tools

@@ -8,6 +8,7 @@ only the models that say who belongs to which team.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -22,7 +23,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from approvals.models import Membership
-from envelopes.models import Team
+from envelopes.models import TEAM_SLUG_RE, TOOL_NAME_RE, Team, Tool
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -75,13 +76,23 @@ def memberships_of(user: User | AnonymousUser) -> list[Membership]:
 
 
 def teams_of(user: User | AnonymousUser, *, slug: str = "") -> QuerySet[Team]:
-    """The user's teams (one of them when `slug` names one of them)."""
-    if not user.is_authenticated:
+    """The user's teams (one of them when `slug` names one of them; none when it cannot be a slug:
+    a URL's or a form's text, a NUL among it, reaches no query)."""
+    if not user.is_authenticated or (slug and not re.fullmatch(TEAM_SLUG_RE, slug)):
         return Team.objects.none()
     teams = Team.objects.filter(memberships__user=user)
     if slug:
         teams = teams.filter(slug=slug)
     return teams
+
+
+def tools_of(user: User | AnonymousUser, name: str, *, team_slug: str = "") -> list[Tool]:
+    """The user's tools named `name` (in the team `team_slug` names, when given), by team; none
+    when `name` cannot be a tool's name."""
+    if not re.fullmatch(TOOL_NAME_RE, name):
+        return []
+    teams = teams_of(user, slug=team_slug)
+    return list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
 
 
 def membership_in(memberships: list[Membership], team_id: int) -> Membership | None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -327,13 +329,43 @@ class StepDetailApi(APIView):
 
 
 class StepCursor(CursorPagination):
+    """Pages newest first. A cursor is opaque: one this API did not write (not base64, an offset
+    out of range, a position that is no time) is a 422 naming `cursor`. DRF's own decoder answers
+    404 for the first two and hands any position to the filter as text, which fails in the query."""
+
     page_size = 50
     max_page_size = 200
     page_size_query_param = "limit"
-    ordering = ("-created_at", "-id")
+    ordering = ("-created_at", "-id")  # the position is the first field's: a time, for every subclass
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        try:
+            cursor = super().decode_cursor(request)
+        except exceptions.NotFound:
+            cursor = None
+        else:
+            if cursor is None or cursor.position is None:
+                return cursor
+            position = _cursor_time(str(cursor.position))
+            if position is not None:
+                # The position is the ordering field's text (DRF's stubs call it an int).
+                return cursor._replace(position=position)  # type: ignore[arg-type]
+        refused = serializers.ErrorDetail("Not a cursor this API wrote: follow `next` as given.", code="invalid")
+        raise exceptions.ValidationError({"cursor": [refused]})
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response({"results": data, "next": self.get_next_link()})
+
+
+def _cursor_time(text: str) -> str | None:
+    """The position as the filter's own text (an aware time within datetime's range), else None."""
+    try:
+        moment = parse_datetime(text)
+        if moment is None or moment.tzinfo is None:
+            return None
+        return moment.astimezone(UTC).isoformat()
+    except (ValueError, OverflowError):
+        return None
 
 
 class StepListInput(StrictSerializer):

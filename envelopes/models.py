@@ -14,6 +14,9 @@ from django.utils import timezone
 from .lifecycle import HELD, TERMINAL, Snapshot, State
 
 TOOL_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
+# What full_clean lets a team's slug be (a SlugField of 64): other text names no team, and a
+# lookup never sends it to the database (PostgreSQL refuses a NUL in a parameter).
+TEAM_SLUG_RE = r"^[-a-zA-Z0-9_]{1,64}$"
 CODE_RE = r"^[A-Z][A-Z0-9_]{1,63}$"
 
 

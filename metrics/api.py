@@ -95,8 +95,13 @@ WINDOW_PARAMETERS = [
 ERRORS = {key: answer for key, answer in openapi.problem_responses().items() if key[0] in (401, 404, 422, 429)}
 
 
+_EARLIEST = datetime.min.replace(tzinfo=UTC) + DEFAULT_WINDOW
+_LATEST = datetime.max.replace(tzinfo=UTC) - DEFAULT_WINDOW
+
+
 def parse_time(value: str) -> datetime | None:
-    """RFC 3339 with an offset (`Z` or `+hh:mm`); None for anything else.
+    """RFC 3339 with an offset (`Z` or `+hh:mm`), in UTC; None for anything else, and for a time
+    within the default window of datetime's ends (its offset or the window would leave the range).
 
     A `+` that was not URL-encoded arrives as a space; it is read as the `+` it was.
     """
@@ -105,9 +110,12 @@ def parse_time(value: str) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value.upper() if value.endswith("z") else value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            return None
+        in_utc = parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed if parsed.tzinfo is not None else None
+    return in_utc if _EARLIEST <= in_utc <= _LATEST else None
 
 
 class MetricsWindowInput(StrictSerializer):

@@ -7,7 +7,6 @@ read; admins also edit the catalog (through envelopes.configuration.error_code_u
 from __future__ import annotations
 
 import hmac
-import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,7 +25,7 @@ from approvals.models import Membership
 from dashboard import shell as dashboard
 from dashboard.shell import HtmxHttpRequest, dashboard_login_required
 from envelopes.configuration import ConfigurationError, error_code_upsert, tool_configure
-from envelopes.models import TOOL_NAME_RE, ErrorCode, Tool
+from envelopes.models import ErrorCode, Tool
 
 from . import prometheus
 from .activity import attempts_per_step
@@ -58,10 +57,7 @@ SETTINGS_SHOWN = (
 
 
 def _member_tools(request: HttpRequest, name: str, team_slug: str) -> list[Tool]:
-    if not re.fullmatch(TOOL_NAME_RE, name) or (team_slug and not re.fullmatch(r"[-a-zA-Z0-9_]{1,64}", team_slug)):
-        raise Http404("No such tool in your teams.")
-    teams = dashboard.teams_of(request.user, slug=team_slug)
-    tools = list(Tool.objects.filter(team__in=teams, name=name).select_related("team").order_by("team__slug"))
+    tools = dashboard.tools_of(request.user, name, team_slug=team_slug)
     if not tools:
         raise Http404("No such tool in your teams.")
     return tools

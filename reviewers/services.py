@@ -9,6 +9,7 @@ reasons, four-eyes, the input binding and the audit link are one implementation.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +23,7 @@ from approvals.models import Decision, Membership
 from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, InputRefused, step_decide
 from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
-from envelopes.models import Step, Team
+from envelopes.models import TEAM_SLUG_RE, Step, Team
 from envelopes.presenters import step_representation
 from envelopes.services import step_lock_for_decision
 
@@ -127,9 +128,11 @@ def etag_matches(if_match: str, step: Step) -> bool:
 
 def team_membership(*, user: User, team_slug: str) -> Membership:
     """The user's membership in the team; TeamNotFound when the team is unknown or not theirs."""
-    membership = Membership.objects.select_related("team").filter(user=user, team__slug=team_slug).first()
+    membership = None
+    if re.fullmatch(TEAM_SLUG_RE, team_slug):
+        membership = Membership.objects.select_related("team").filter(user=user, team__slug=team_slug).first()
     if membership is None:
-        raise TeamNotFound(f"No team {team_slug!r} among your teams.")
+        raise TeamNotFound(f"No team {team_slug[:64]!r} among your teams.")
     return membership
 
 

@@ -10,12 +10,24 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
 from envelopes import schema
 from tests.conftest import error_envelope, success_envelope, unknown_outcome
+from tests.odd_input import (
+    AGENT_ROUTES,
+    API_FRAMEWORK_PARAMS,
+    CRAFTED_CURSORS,
+    HARMLESS_CURSORS,
+    Route,
+    odd_query,
+    odd_segment,
+    sweep,
+)
+from tests.odd_input import url as odd_url
 
 pytestmark = pytest.mark.django_db
 
@@ -346,3 +358,207 @@ def test_an_unknown_attempt_field_named_with_unstorable_text_is_422_and_replayab
     assert "\u0000" not in response.json()["errors"][0]["field"]
     replayed = agent.post("/api/v1/steps/r1/attempts", body, HTTP_IDEMPOTENCY_KEY="k-1")
     assert replayed.json() == response.json()
+
+
+# --- query parameters and path segments: every GET route of the agent API -----------------------
+# The routes and the parameters each view reads are tests/odd_input.py's AGENT_ROUTES (held to the
+# URLconf and the code by tests/test_every_query_parameter_fuzzed.py).
+
+QUERY_FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+VALID_SEGMENTS = {"ref": quote("run_81/step_4", safe=""), "tool": "send_email", "run_id": "run_81"}
+
+
+@pytest.fixture
+def listed(agent) -> None:
+    """Steps to page through, a run with a skipped resource, and envelopes for the metrics."""
+    for n in range(3):
+        agent.envelope(error_envelope(operation_ref=f"run_81/step_{n}", run_id="run_81"))
+    agent.envelope(error_envelope(operation_ref="run_81/step_4", run_id="run_81", scope="resource", resource_id="r1"))
+
+
+@QUERY_FUZZ
+@pytest.mark.parametrize("name", sorted(AGENT_ROUTES))
+@given(data=st.data())
+def test_no_query_or_path_segment_answers_5xx(agent, listed, name: str, data: st.DataObject) -> None:
+    route = AGENT_ROUTES[name]
+    segments = {
+        key: data.draw(st.one_of(st.just(VALID_SEGMENTS[key]), odd_segment()), label=key)
+        for key in VALID_SEGMENTS
+        if "{" + key + "}" in route.path
+    }
+    query = data.draw(odd_query(route.params + API_FRAMEWORK_PARAMS), label="query")
+
+    assert_answered_without_fault(agent.get(odd_url(route, segments, query)))
+
+
+def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_worst(agent, listed) -> None:
+    faults = []
+    for route in AGENT_ROUTES.values():
+        segments = {key: value for key, value in VALID_SEGMENTS.items() if "{" + key + "}" in route.path}
+        for url in sweep(route, segments, API_FRAMEWORK_PARAMS):
+            try:
+                with transaction.atomic():  # a fault rolls back to here: each URL is judged on its own
+                    assert_answered_without_fault(agent.get(url))
+            except Exception as fault:
+                faults.append((url[:120], repr(fault)[:200]))
+
+    assert not faults, "\n".join(map(repr, faults))
+
+
+@pytest.mark.parametrize("endpoint", ["attempts", "verification"])
+def test_each_critical_ref_in_a_post_answers_4xx_at_worst(agent, listed, endpoint: str) -> None:
+    route = Route(f"/api/v1/steps/{{ref}}/{endpoint}", (), "agent")
+    attempt = {"tool": "send_email", "input_fingerprint": "a" * 64}
+    body = attempt if endpoint == "attempts" else {"outcome": "not_found", "checked_at": "2026-11-29T12:00:00Z"}
+    faults = []
+    for url in sweep(route, {"ref": VALID_SEGMENTS["ref"]}):
+        try:
+            with transaction.atomic():  # a fault rolls back to here: each URL is judged on its own
+                assert_answered_without_fault(agent.post(url, json.dumps(body)))
+        except Exception as fault:  # every URL is tried; the list says which failed
+            faults.append((url[:120], repr(fault)[:200]))
+
+    assert not faults, "\n".join(map(repr, faults))
+
+
+@pytest.mark.parametrize("cursor", CRAFTED_CURSORS)
+def test_a_crafted_cursor_is_422_naming_the_cursor(agent, listed, cursor: str) -> None:
+    response = agent.get("/api/v1/steps", {"cursor": cursor})
+
+    assert response.status_code == 422
+    assert response["Content-Type"].startswith(PROBLEM)
+    assert response.json()["code"] == "schema_invalid"
+    assert [error["field"] for error in response.json()["errors"]] == ["cursor"]
+
+
+@pytest.mark.parametrize("cursor", HARMLESS_CURSORS)
+def test_a_cursor_naming_the_first_page_or_a_capped_offset_answers_200(agent, listed, cursor: str) -> None:
+    assert agent.get("/api/v1/steps", {"cursor": cursor}).status_code == 200
+
+
+def test_a_cursor_the_api_wrote_still_pages(agent, listed) -> None:
+    first = agent.get("/api/v1/steps", {"limit": 2}).json()
+    second = agent.get(first["next"]).json()
+    refs = [s["operation_ref"] for s in first["results"] + second["results"]]
+
+    assert refs == ["run_81/step_4", "run_81/step_2", "run_81/step_1", "run_81/step_0"]
+    assert second["next"] is None
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/api/v1/steps/run_81%00step_4", 404),
+        ("/api/v1/steps/%00", 404),
+        ("/api/v1/tools/send%00email/codes", 404),
+        ("/api/v1/tools/%00/metrics", 404),
+        ("/api/v1/runs/run%0081/skipped", 400),  # a run_id is 1..200 printable characters
+    ],
+)
+def test_a_nul_in_a_path_segment_names_nothing(agent, listed, path: str, status: int) -> None:
+    response = agent.get(path)
+
+    assert response.status_code == status
+    assert response["Content-Type"].startswith(PROBLEM)
+
+
+@pytest.mark.parametrize("param", ["state", "tool", "run_id", "cursor", "limit"])
+def test_a_nul_in_a_list_parameter_is_422_naming_it(agent, param: str) -> None:
+    response = agent.get(f"/api/v1/steps?{param}=a%00b")
+
+    assert response.status_code == 422
+    assert {error["field"] for error in response.json()["errors"]} == {param}
+
+
+# --- a NUL in each string an agent's JSON carries: a 422 naming the field, or stored without it -
+
+NUL = "a\u0000b"
+ENVELOPE_TEXT_FIELDS = [
+    ("tool",),
+    ("operation_ref",),
+    ("correlation_id",),
+    ("run_id",),
+    ("code",),
+    ("category",),
+    ("commit_state",),
+    ("next_action",),
+    ("scope",),
+    ("resource_id",),
+    ("occurred_at",),
+    ("agent_message",),
+    ("user_message",),
+    ("retry", "directive"),
+    ("retry", "not_before"),
+    ("safe_details", "field"),
+]
+
+
+def _stored_without_nul(*rows: Any) -> bool:
+    from django.core import serializers as django_serializers
+
+    return all("\\u0000" not in django_serializers.serialize("json", [row]) for row in rows)
+
+
+@pytest.mark.parametrize("path", ENVELOPE_TEXT_FIELDS, ids=".".join)
+def test_a_nul_in_an_envelope_string_is_422_naming_it_or_stored_without_it(agent, path: tuple[str, ...]) -> None:
+    from envelopes.models import Envelope, Quarantine
+
+    body = error_envelope(run_id="run_81", correlation_id="c-1", scope="resource", resource_id="r1")
+    if len(path) == 2:
+        body[path[0]][path[1]] = NUL
+    else:
+        body[path[0]] = NUL
+    response = agent.envelope(json.dumps(body))
+
+    assert_answered_without_fault(response)
+    if response.status_code == 422:
+        assert ".".join(path) in [error["field"] for error in response.json()["errors"]]
+    else:
+        assert response.status_code == 201
+    assert _stored_without_nul(*Envelope.objects.all(), *Quarantine.objects.all())
+
+
+@pytest.mark.parametrize("field", ["tool", "input_fingerprint", "run_id", "correlation_id", "input key", "input value"])
+def test_a_nul_in_an_attempt_string_is_422_naming_it_or_stored_without_it(agent, field: str) -> None:
+    from envelopes.models import Attempt
+    from envelopes.proposal import input_fingerprint
+
+    value = {"to": "a@example.com"}
+    if field == "input key":
+        value = {NUL: "x"}
+    elif field == "input value":
+        value = {"to": NUL, "nested": [{"deep": NUL}]}
+    body: dict[str, Any] = {"tool": "send_email", "input_fingerprint": input_fingerprint(value), "input": value}
+    if not field.startswith("input"):
+        body[field] = NUL
+    response = agent.post("/api/v1/steps/run_81%2Fstep_9/attempts", json.dumps(body))
+
+    assert_answered_without_fault(response)
+    if response.status_code == 422:
+        named = [error["field"] for error in response.json()["errors"]]
+        assert any(name == field or name.startswith("input") for name in named), named
+    else:
+        assert response.status_code == 201
+    assert _stored_without_nul(*Attempt.objects.all())
+
+
+@pytest.mark.parametrize("field", ["outcome", "checked_at", "evidence_ref"])
+def test_a_nul_in_a_verification_report_is_422_naming_it(agent, field: str) -> None:
+    agent.envelope(unknown_outcome())
+    report = {"outcome": "not_found", "checked_at": "2026-11-29T12:00:00Z", "evidence_ref": "lookup-1", field: NUL}
+    response = agent.post(f"/api/v1/steps/{quote('run_81/step_4', safe='')}/verification", json.dumps(report))
+
+    assert response.status_code == 422
+    assert [error["field"] for error in response.json()["errors"]] == [field]
+
+
+def test_a_nul_in_an_idempotency_key_is_refused_not_stored(agent) -> None:
+    body = {"tool": "send_email", "input_fingerprint": "a" * 64}
+    response = agent.post("/api/v1/steps/r1/attempts", json.dumps(body), HTTP_IDEMPOTENCY_KEY="k\u00001")
+
+    assert_answered_without_fault(response)
+    assert response.status_code == 422

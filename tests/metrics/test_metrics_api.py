@@ -78,6 +78,11 @@ def test_an_offset_other_than_utc_and_an_unencoded_plus_are_understood(acme) -> 
         ({"since": "2026-11-20T13:00:00Z", "until": "2026-11-20T12:00:00Z"}, "until", "after_since"),
         ({"since": "2026-08-21T11:59:59Z", "until": "2026-11-20T12:00:00Z"}, "since", "max_window"),
         ({"window": "24h"}, "window", "additionalProperties"),
+        # Out of datetime's range once in UTC, or once the default window is taken off.
+        ({"until": "9999-12-31T23:59:59-23:59"}, "until", "format"),
+        ({"since": "0001-01-01T00:00:00+23:59"}, "since", "format"),
+        ({"until": "0001-01-01T12:00:00Z"}, "until", "format"),
+        ({"until": "2026-11-20T12:00:00\u0000Z"}, "until", "null_characters_not_allowed"),
     ],
 )
 def test_a_bad_window_is_422_naming_the_field(acme, query, field, rule) -> None:
