@@ -64,6 +64,21 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class WholeRegexField(serializers.RegexField):
+    """The pattern must match the whole value as sent: RegexField searches (Python's `$` also
+    matches before a final newline) and trims, so "send_email\\n" would pass as a tool name."""
+
+    def __init__(self, regex: str, **kwargs: Any) -> None:
+        super().__init__(regex, trim_whitespace=False, **kwargs)
+        self._whole = re.compile(regex)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if self._whole.fullmatch(value) is None:
+            self.fail("invalid")
+        return value
+
+
 class PrintableCharField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
@@ -165,8 +180,8 @@ FINGERPRINT_PATTERN = r"^[0-9a-fA-F]{64}$"
 
 
 class AttemptRequestInput(StrictSerializer):
-    tool = serializers.RegexField(schema.TOOL_PATTERN, max_length=100)
-    input_fingerprint = serializers.RegexField(
+    tool = WholeRegexField(schema.TOOL_PATTERN, max_length=100)
+    input_fingerprint = WholeRegexField(
         FINGERPRINT_PATTERN,
         help_text="Lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the tool call's input.",
     )
@@ -370,7 +385,7 @@ def _cursor_time(text: str) -> str | None:
 
 class StepListInput(StrictSerializer):
     state = serializers.ChoiceField([s.value for s in State], required=False)
-    tool = serializers.RegexField(schema.TOOL_PATTERN, max_length=100, required=False)
+    tool = WholeRegexField(schema.TOOL_PATTERN, max_length=100, required=False)
     run_id = PrintableCharField(max_length=200, required=False)
     cursor = serializers.CharField(max_length=500, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
