@@ -72,6 +72,12 @@ class _Rule:
     pattern: re.Pattern[str]
     replacement: Replacement
     finder: Finder
+    # Rules that judge by context (a name before a value, a host's shape) leave AWS ARNs alone:
+    # `arn:aws:secretsmanager:...:secret:prod/db` names a resource and holds no secret.
+    spares_arns: bool = False
+    # Substrings of the lowered text one of which the finder needs: a rule whose gate is shut is
+    # not tried at all, which keeps the cost of a rule that finds nothing near one `in` per name.
+    gate: tuple[str, ...] = ()
 
 
 def _constant(kind: str) -> Replacement:
@@ -139,6 +145,64 @@ def _connection_pairs(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+# Azure storage / Service Bus / Event Hubs connection strings: the key's value goes, the account
+# and endpoint names stay (noseyparker np.azure.1, "Azure Connection String").
+_AZURE_KEY_NAMES = ("accountkey", "sharedaccesskey", "sharedsecretvalue")
+_AZURE_KEY = re.compile(
+    r"((?:AccountKey|SharedAccessKey|SharedSecretValue)[ \t]*=[ \t]*)" + _NOT_PLACEHOLDER + r"[A-Za-z0-9/+]{20,}={0,3}",
+    re.IGNORECASE,
+)
+
+# A signed URL's signature grants what the URL names to whoever holds it: Azure SAS `sig=`
+# (trufflehog azuresastoken, microsoftteamswebhook v2), AWS and GCS presigned URLs.
+_SIGNED_URL = re.compile(
+    r"((?:sig|x-amz-signature|x-amz-security-token|x-goog-signature)=)" + _NOT_PLACEHOLDER
+    + r"(?:[A-Za-z0-9+/_.-]|%[0-9A-Fa-f]{2}){10,}={0,2}",
+    re.IGNORECASE,
+)
+_SIGNED_URL_NAMES = ("sig=", "x-amz-signature=", "x-amz-security-token=", "x-goog-signature=")
+
+
+def _find_signed_urls(text: str, lowered: str) -> Iterator[int]:
+    """Each name at a query or pair boundary (`?sig=`, `&sig=`, ` sig=`), never inside a word."""
+    for name in _SIGNED_URL_NAMES:
+        for index in _find_all(lowered, name):
+            if index == 0 or lowered[index - 1] in "?&; \t\n\"'":
+                yield index
+
+
+# `mysql -u app -pS3cret shop`: the password is glued to `-p` (`-p` alone prompts, and `-P` is the
+# port); `--password=` is a pair the password rule takes.
+_MYSQL_PASSWORD = re.compile(
+    r"((?<![A-Za-z0-9_])(?i:mysql|mariadb)[a-z-]*(?:[ \t]+\S+){0,30}?[ \t]+-p)" + _NOT_PLACEHOLDER
+    + r"(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"]+)"
+)
+
+# A .pgpass line, `host:port:database:user:password` (PostgreSQL docs, "The Password File"): the
+# password goes. The host holds a letter or a dot, so that `00:11:22:33:44:55` is no such line.
+_PGPASS = re.compile(
+    r"(?<![^\s'\"`])((?:[A-Za-z0-9_.-]*[A-Za-z.][A-Za-z0-9_.-]*|\*|\[[0-9A-Fa-f:.]+\])"
+    r":(?:[0-9]{1,5}|\*):[^:\s'\"]+:[^:\s'\"]+:)" + _NOT_PLACEHOLDER + r"[^\s'\"]+"
+)
+_PGPASS_FIELDS = re.compile(r":(?:[0-9]{1,5}|\*):[^:\s'\"]+:[^:\s'\"]+:")
+_PGPASS_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-*[]:")
+
+
+def _find_pgpass_lines(text: str, lowered: str) -> Iterator[int]:
+    if text.count(":") < 4:
+        return
+    for found in _PGPASS_FIELDS.finditer(text):
+        yield _walk_back(text, found.start(), _PGPASS_HOST_CHARS, 255)
+
+
+def _pgpass(match: re.Match[str]) -> str:
+    try:
+        ipaddress.ip_address(match.group(0))  # an IPv6 address reads like one too
+    except ValueError:
+        return match.group(1) + _placeholder("password")
+    return match.group(0)
+
+
 # scheme://user:password@host keeps the scheme and the host. The greedy password part backtracks
 # to the last `@` of the authority, so a password containing `@` does not leak its tail; it may
 # also hold a raw `?` or `#` (invalid, but a secret all the same).
@@ -159,26 +223,42 @@ _JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[
 
 _AWS_ACCESS_KEY = re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}")
 
+# A vendor's key or token, known by its prefix; one line per family, after the published pattern
+# it follows (gitleaks config/gitleaks.toml, trufflehog pkg/detectors, noseyparker rules). Lengths
+# are lower bounds, so a longer or newer token of the family is redacted too.
 _API_KEY = re.compile(
     r"(?<![A-Za-z0-9_-])(?:"
-    r"sk-[A-Za-z0-9_-]{12,}"  # OpenAI, Anthropic
-    r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"  # Stripe
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
-    r"|xox[bpaors]-[A-Za-z0-9-]{8,}"  # Slack
-    r"|hp_[A-Za-z0-9_-]{16,}"  # Holdpoint API keys ("hp_" + token_urlsafe)
+    # OpenAI / Anthropic / OpenRouter: long (gitleaks openai-api-key, anthropic-api-key), so that
+    # `sk-1234` or `sk-small-blue-v2` product codes stay; a dashed key's tail holds a digit.
+    r"sk-[A-Za-z0-9]{20,}|sk-(?:[a-z][a-z0-9]{1,9}-){1,3}(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"
+    r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"  # Stripe (gitleaks stripe-access-token)
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub (gitleaks github-*)
+    r"|xox[abeoprs]-[A-Za-z0-9-]{8,}|xoxe\.xox[bp]-[A-Za-z0-9-]{8,}"  # Slack (gitleaks slack-*-token)
+    r"|xapp-[0-9]-[A-Za-z0-9-]{8,}"  # Slack app-level token (gitleaks slack-app-token)
+    r"|hpr?_[A-Za-z0-9_-]{16,}"  # Holdpoint API keys and reviewer tokens ("hp_"/"hpr_" + token_urlsafe)
     r"|whsec_[A-Za-z0-9+/=]{16,}"  # Holdpoint / Standard Webhooks signing secrets
-    r"|AIza[A-Za-z0-9_-]{30,}"  # Google
-    r"|glpat-[A-Za-z0-9_-]{16,}|npm_[A-Za-z0-9]{30,}"  # GitLab, npm
+    r"|AIza[A-Za-z0-9_-]{30,}"  # Google API key (gitleaks gcp-api-key)
+    r"|ya29\.[A-Za-z0-9_-]{20,}"  # Google OAuth access token (noseyparker np.google.4)
+    r"|GOCSPX-[A-Za-z0-9_-]{24,}"  # Google OAuth client secret (noseyparker np.google.2)
+    r"|SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{30,64}"  # SendGrid (trufflehog sendgrid)
+    r"|hv[sbr]\.[A-Za-z0-9_-]{24,}"  # Vault service/batch/recovery tokens (trufflehog hashicorpvault)
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face (trufflehog huggingface)
+    r"|pypi-AgE[A-Za-z0-9_-]{50,}"  # PyPI and TestPyPI upload tokens (gitleaks pypi-upload-token)
+    r"|do[opr]_v1_[a-f0-9]{64}"  # DigitalOcean (trufflehog digitaloceanv2)
+    r"|shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"  # Shopify (gitleaks shopify-*)
+    r"|glpat-[A-Za-z0-9_-]{16,}|npm_[A-Za-z0-9]{30,}"  # GitLab, npm (gitleaks gitlab-pat, npm-access-token)
     r")"
 )
-# Every prefix but Google's ends with `_` or `-`: those few characters are the anchors.
+# Every prefix but Google's API key ends with `_`, `-` or `.`: those few characters are the anchors.
 _API_KEY_PREFIXES = (
-    "sk-", "sk_", "pk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hp_",
-    "whsec_", "glpat-", "npm_", *(f"xox{c}-" for c in "bpaors"),
+    "sk-", "sk_", "pk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hp_", "hpr_",
+    "whsec_", "glpat-", "npm_", "xoxe.", "xapp-", "ya29.", "GOCSPX-", "SG.", "hvs.", "hvb.", "hvr.",
+    "hf_", "pypi-", "dop_", "doo_", "dor_", "shpat_", "shpss_", "shpca_", "shppa_",
+    *(f"xox{c}-" for c in "abeoprs"),
 )  # fmt: skip
 
 
-# Searched in the reversed text, where every prefix starts with a literal `_` or `-`.
+# Searched in the reversed text, where every prefix starts with a literal `_`, `-` or `.`.
 _REVERSED_API_KEY_PREFIXES = tuple(
     re.compile(
         re.escape(separator)
@@ -186,17 +266,28 @@ _REVERSED_API_KEY_PREFIXES = tuple(
         + "|".join(re.escape(p[-2::-1]) for p in _API_KEY_PREFIXES if p.endswith(separator))
         + ")"
     )
-    for separator in ("_", "-")
+    for separator in ("_", "-", ".")
 )
 
 
 def _find_api_keys(text: str, lowered: str) -> Iterator[int]:
-    if "_" in text or "-" in text:
-        reversed_text, last = text[::-1], len(text) - 1
-        for pattern in _REVERSED_API_KEY_PREFIXES:
+    reversed_text, last = text[::-1], len(text) - 1
+    for separator, pattern in zip("_-.", _REVERSED_API_KEY_PREFIXES, strict=True):
+        if separator in text:
             for found in pattern.finditer(reversed_text):
                 yield last - found.end() + 1
     yield from _find_all(text, "AIza")
+
+
+# Telegram bot tokens, `<bot id>:AA<33 characters>`, also inside `api.telegram.org/bot<token>/`
+# (noseyparker np.telegram.1).
+_TELEGRAM_BOT_TOKEN = re.compile(r"(?<![0-9])[0-9]{5,16}:AA[A-Za-z0-9_-]{32,}")
+_DIGITS = frozenset("0123456789")
+
+
+def _find_telegram_tokens(text: str, lowered: str) -> Iterator[int]:
+    for index in _find_all(text, ":AA"):
+        yield _walk_back(text, index, _DIGITS, 16)
 
 
 # The value of a `name: value` pair: a quoted string (quotes kept, so JSON-ish text still reads
@@ -208,11 +299,11 @@ _PAIR_VALUE = r"(?:\"((?:[^\"\\\r\n]|\\.)+)\"|'([^'\r\n]+)'|([^\s&;,\"'<>(){}\[\
 # `bypass:`), and an ordinary word after it stays (`pass: true`).
 _PASSWORD = re.compile(
     r"([A-Za-z0-9_.-]{0,40}?(?:password|passwd|pwd|passphrase|secret(?:[_-]?(?:access[_-]?)?key)?"
-    r"|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?|(?<![A-Za-z])pass(?![A-Za-z]))"
+    r"|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|cred(?:ential)?s?|(?<![A-Za-z])pass(?![A-Za-z]))"
     r"[\"']?[ \t]*[:=][ \t]*)" + _NOT_PLACEHOLDER + _PAIR_VALUE,
     re.IGNORECASE,
 )
-_SECRET_NAME_PARTS = ("pass", "pwd", "secret", "token", "key", "credential")
+_SECRET_NAME_PARTS = ("pass", "pwd", "secret", "token", "key", "cred")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NAME_THEN_SEPARATOR = re.compile(r"[a-z0-9_.-]*[\"']?[ \t]*[:=]")
 
@@ -226,7 +317,11 @@ def _find_passwords(text: str, lowered: str) -> Iterator[int]:
 
 
 def _pair(kind: str) -> Replacement:
+    """The value of a `name: value` pair redacted, unless it states a condition (`_is_status`)."""
+
     def replace(match: re.Match[str]) -> str:
+        if _is_status(match.group(2) or match.group(3) or match.group(4)):
+            return match.group(0)
         if match.group(2) is not None:
             return f'{match.group(1)}"{_placeholder(kind)}"'
         if match.group(3) is not None:
@@ -262,7 +357,12 @@ _ORDINARY_WORDS = frozenset(
         "your", "my", "their", "his", "her", "its", "our", "also", "only", "just", "never",
         "always", "already", "then", "so", "and", "or", "but", "less", "more", "longer", "shorter",
         "reused", "compromised", "leaked", "case", "incomplete", "insecure", "secure", "mismatched",
-        "present", "absent", "known", "new", "old", "temporary",
+        "present", "absent", "known", "new", "old", "temporary", "is", "are", "was", "were", "be",
+        "must", "revoked", "rejected", "denied", "malformed", "provided", "supplied", "forbidden",
+        "unauthorized", "expiring", "mismatch", "rotated", "deprecated", "failed", "error",
+        "ignored", "pending", "configured", "unconfigured", "unsupported", "unavailable",
+        "omitted", "masked", "truncated", "placeholder", "found", "given", "specified", "defined",
+        "accepted", "refused", "many", "few", "format", "length",
     }
 )  # fmt: skip
 _PROSE_SUFFIXES = ("ed", "ing", "ly", "ble")
@@ -273,6 +373,26 @@ def _is_ordinary_word(value: str) -> bool:
     if not (word.isascii() and word.isalpha()):
         return False
     return word in _ORDINARY_WORDS or (len(word) > 4 and word.endswith(_PROSE_SUFFIXES))
+
+
+_STATUS_PARTS = re.compile(r"[ _-]")
+_MASK_CHARS = frozenset("*\u2022")
+
+
+def _is_status(value: str) -> bool:
+    """Whether the value after a secret's name states a condition instead of holding the secret:
+    `password: required`, `token: expired`, `credentials: invalid`, `"secret": "not set"`,
+    `api_key: NOT_SET`, `password: ****`. The rule: one to four words, each from the closed list
+    `_ORDINARY_WORDS`, in any case, joined by spaces, `_` or `-`; or a mask of `*` or `•`. No
+    length, entropy or charset test: a short or all-letter value (`hunter`, `letmein`) may be the
+    password itself, so anything outside the list is redacted. Hiding `required` would hide the
+    very error a reviewer needs; a password that is literally `required` is no secret worth it."""
+    if not value or len(value) > 40:
+        return False
+    if set(value) <= _MASK_CHARS:
+        return True
+    parts = _STATUS_PARTS.split(value.lower())
+    return len(parts) <= 4 and all(part in _ORDINARY_WORDS for part in parts)
 
 
 # "the password is hunter2", "your new passphrase was 'correct horse'": prose that states one.
@@ -338,13 +458,16 @@ def _basic(match: re.Match[str]) -> str:
 
 
 # Incoming-webhook URLs carry their credential in the path: whoever holds one posts as the app.
+# Microsoft Teams incoming webhooks: `<tenant>.webhook.office.com/webhookb2/...` and the older
+# `outlook.office.com/webhook/...` (gitleaks microsoft-teams-webhook, noseyparker np.msteams.1).
 _WEBHOOK_URL = re.compile(
     r"((?:https?://)?(?:hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)"
-    r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks)/)[^\s'\"<>`]+",
+    r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks"
+    r"|(?:[a-z0-9-]+\.)?webhook\.office\.com/webhookb2|outlook\.office(?:365)?\.com/webhook)/)[^\s'\"<>`]+",
     re.IGNORECASE,
 )
-_WEBHOOK_HOSTS = ("hooks.slack", "discord")
-_LOWER_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz.")
+_WEBHOOK_HOSTS = ("hooks.slack", "discord", "webhook.office", "outlook.office")
+_LOWER_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
 def _find_webhook_urls(text: str, lowered: str) -> Iterator[int]:
@@ -384,6 +507,27 @@ _INTERNAL_NAME = re.compile(
     r"(?:internal|local|localdomain|lan|corp|intranet|home\.arpa)(?![A-Za-z0-9-]|\.[A-Za-z0-9])",
     re.IGNORECASE,
 )
+# A name whose first label is a configuration file's stem names a file or a module, not a host
+# (`config.local`, `appsettings.local`, the module `config.settings.local`); so does a part of a
+# path (`/etc/app/site.local`), but not a name after `//` or `\\` (`\\\\nas.corp\\share`).
+_FILE_STEMS = frozenset(
+    {
+        "config", "configuration", "conf", "settings", "appsettings", "application", "env",
+        "environment", "values", "vars", "variables", "parameters", "properties", "overrides",
+        "override", "secrets", "credentials", "docker-compose", "compose", "defaults", "package",
+    }
+)  # fmt: skip
+
+
+def _internal_name(match: re.Match[str]) -> str:
+    name, text, start = match.group(0), match.string, match.start()
+    if name.split(".", 1)[0].lower() in _FILE_STEMS:
+        return name
+    if start > 0 and text[start - 1] in "/\\" and not text.endswith(("//", "\\\\"), 0, start):
+        return name
+    return _placeholder("internal_host")
+
+
 _SINGLE_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9-]*[A-Za-z0-9]")
 # A single-label name only counts when it looks like a service host (a hyphen or a digit, as in
 # `db-primary:5432`, or a well-known service name), so that `Error:404` or `line:42` survive.
@@ -496,41 +640,52 @@ def _find_connection_pairs(text: str, lowered: str) -> Iterable[int]:
 # half a secret; host:port last, so that it never splits a connection string or a URL's
 # credentials.
 _RULES = (
-    _Rule("private_key", _PRIVATE_KEY, _constant("private_key"), _at("-----BEGIN")),
+    _Rule("private_key", _PRIVATE_KEY, _constant("private_key"), _at("-----BEGIN"), gate=("-----begin",)),
     _Rule(
-        "connection_string",
-        _CONNECTION_URL,
-        _constant("connection_string"),
-        _find_database_schemes,
+        "connection_string", _CONNECTION_URL, _constant("connection_string"), _find_database_schemes, gate=("://",)
     ),
-    _Rule("connection_string", _CONNECTION_PAIRS, _connection_pairs, _find_connection_pairs),
-    _Rule("webhook_url", _WEBHOOK_URL, _keep_prefix("webhook_url"), _find_webhook_urls),
+    _Rule("connection_string", _CONNECTION_PAIRS, _connection_pairs, _find_connection_pairs, gate=(";",)),
+    _Rule("connection_string", _AZURE_KEY, _keep_prefix("connection_string"), _at(*_AZURE_KEY_NAMES, lowered=True),
+          gate=_AZURE_KEY_NAMES),
+    _Rule("webhook_url", _WEBHOOK_URL, _keep_prefix("webhook_url"), _find_webhook_urls, gate=_WEBHOOK_HOSTS),
     _Rule(
         "url_credentials",
         _URL_CREDENTIALS,
         lambda m: f"{m.group(1)}{_placeholder('url_credentials')}@",
         _find_url_credentials,
+        gate=("@",),
     ),
-    _Rule(
-        "bearer_token",
-        _AUTHORIZATION_HEADER,
-        _keep_prefix("bearer_token"),
-        _at("authorization", lowered=True),
-    ),
-    _Rule("bearer_token", _BEARER, _keep_prefix("bearer_token"), _at("bearer", lowered=True)),
-    _Rule("basic_auth", _BASIC, _basic, _heads(r"basic[ \t]+[a-z0-9+/]{6}")),
-    _Rule(
-        "session_cookie", _COOKIE_HEADER, _keep_prefix("session_cookie"), _heads(r"cookie[\"']?[ \t]*:", back="set-")
-    ),
-    _Rule("session_cookie", _SESSION_ID, _pair("session_cookie"), _find_session_ids),
-    _Rule("jwt", _JWT, _constant("jwt"), _at("eyJ")),
-    _Rule("aws_access_key", _AWS_ACCESS_KEY, _constant("aws_access_key"), _at("AKIA", "ASIA")),
+    _Rule("url_credentials", _SIGNED_URL, _keep_prefix("url_credentials"), _find_signed_urls, gate=_SIGNED_URL_NAMES),
+    _Rule("bearer_token", _AUTHORIZATION_HEADER, _keep_prefix("bearer_token"), _at("authorization", lowered=True),
+          gate=("authorization",)),
+    _Rule("bearer_token", _BEARER, _keep_prefix("bearer_token"), _at("bearer", lowered=True), gate=("bearer",)),
+    _Rule("basic_auth", _BASIC, _basic, _heads(r"basic[ \t]+[a-z0-9+/]{6}"), gate=("basic",)),
+    _Rule("session_cookie", _COOKIE_HEADER, _keep_prefix("session_cookie"),
+          _heads(r"cookie[\"']?[ \t]*:", back="set-"), gate=("cookie",)),
+    _Rule("session_cookie", _SESSION_ID, _pair("session_cookie"), _find_session_ids, spares_arns=True,
+          gate=("sess", "connect.sid")),
+    _Rule("jwt", _JWT, _constant("jwt"), _at("eyJ"), gate=("eyj",)),
+    _Rule("aws_access_key", _AWS_ACCESS_KEY, _constant("aws_access_key"), _at("AKIA", "ASIA"), gate=("akia", "asia")),
     _Rule("api_key", _API_KEY, _constant("api_key"), _find_api_keys),
-    _Rule("password", _PASSWORD, _password, _find_passwords),
-    _Rule("password", _PASSWORD_IS, _password_is, _heads(r"pass(?:word|wd|phrase|code)[ \t]+(?:is|was)[ \t:]")),
-    _Rule("internal_host", _HOST_PORT, _host_port, _find_host_ports),
-    _Rule("internal_host", _INTERNAL_NAME, _constant("internal_host"), _find_internal_names),
-)
+    _Rule("api_key", _TELEGRAM_BOT_TOKEN, _constant("api_key"), _find_telegram_tokens, gate=(":aa",)),
+    _Rule("password", _MYSQL_PASSWORD, _keep_prefix("password"), _at("mysql", "mariadb", lowered=True),
+          gate=("mysql", "mariadb")),
+    _Rule("password", _PGPASS, _pgpass, _find_pgpass_lines, spares_arns=True, gate=(":",)),
+    _Rule("password", _PASSWORD, _password, _find_passwords, spares_arns=True, gate=_SECRET_NAME_PARTS),
+    _Rule("password", _PASSWORD_IS, _password_is, _heads(r"pass(?:word|wd|phrase|code)[ \t]+(?:is|was)[ \t:]"),
+          gate=("pass",)),
+    _Rule("internal_host", _HOST_PORT, _host_port, _find_host_ports, spares_arns=True, gate=(":",)),
+    _Rule("internal_host", _INTERNAL_NAME, _internal_name, _find_internal_names, spares_arns=True,
+          gate=_INTERNAL_SUFFIXES),
+)  # fmt: skip
+
+
+# An ARN (AWS docs, "Amazon Resource Names"): arn:partition:service:region:account:resource.
+_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:[a-z0-9-]+:[a-z0-9-]*:(?:[0-9]{12}|aws)?:[^\s'\"<>,;]+")
+
+
+def _arn_spans(text: str) -> list[tuple[int, int]]:
+    return [found.span() for found in _ARN.finditer(text)] if "arn:aws" in text else []
 
 
 def _apply(rule: _Rule, text: str, lowered: str) -> str:
@@ -539,6 +694,7 @@ def _apply(rule: _Rule, text: str, lowered: str) -> str:
     starts = sorted(set(rule.finder(text, lowered)))
     if not starts:
         return text
+    spared = _arn_spans(text) if rule.spares_arns else []
     pieces: list[str] = []
     done = 0  # text[:done] is settled: copied to `pieces` or replaced
     for start in starts:
@@ -546,6 +702,8 @@ def _apply(rule: _Rule, text: str, lowered: str) -> str:
             continue
         match = rule.pattern.match(text, start)
         if match is None or not match.group(0):
+            continue
+        if spared and any(start < end and begin < match.end() for begin, end in spared):
             continue
         pieces.append(text[done:start])
         pieces.append(rule.replacement(match))
@@ -563,6 +721,12 @@ def redact(text: str) -> Redacted:
     found: set[str] = set()
     lowered = _lower(text)
     for rule in _RULES:
+        for name in rule.gate:  # a loop, not any(): this runs ~20 times per text
+            if name in lowered:
+                break
+        else:
+            if rule.gate:
+                continue
         new_text = _apply(rule, text, lowered)
         if new_text != text:
             found.add(rule.kind)
@@ -591,30 +755,28 @@ def _lower(text: str) -> str:
 _NESTED_JSON_DEPTH = 4
 _JSON_ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\\\/bfnrt]))')
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+# Contract §4's names, then the ones agents' tool inputs carry too: a bearer or JWT, a signing or
+# account key (Azure's `account_key`, a webhook's `signing_key`), and the ways to say credentials.
 _CREDENTIAL_NAMES = frozenset(
     {
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "authorization",
-        "private_key",
-        "client_secret",
-        "cookie",
+        "password", "passwd", "secret", "token", "api_key", "apikey", "authorization",
+        "private_key", "client_secret", "cookie",
+        "passwords", "secrets", "cookies", "pwd", "passphrase", "bearer", "jwt", "creds",
+        "credential", "credentials", "signing_key", "account_key", "access_key", "secret_key",
+        "encryption_key", "master_key", "session_key", "auth_key",
     }
-)
+)  # fmt: skip
 _PAIR_NAME_PARTS = _SECRET_NAME_PARTS + _SESSION_ID_PARTS
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _PAIR_RULES = (_PASSWORD, _SESSION_ID)
 
 
 def is_credential_key(name: str) -> bool:
-    """A key named like a credential (contract §4): `password`, `passwd`, `secret`, `token`,
-    `api_key`, `apikey`, `authorization`, `private_key`, `client_secret`, `cookie`, in any case, as
-    the whole name or a `_`/`-` separated part (`db_password`, `X-Api-Key`); camelCase parts count
-    too (`authToken`)."""
+    """A key named like a credential (contract §4): one of `_CREDENTIAL_NAMES` (`password`,
+    `secret`, `token`, `api_key`, `authorization`, `cookie`, `bearer`, `jwt`, `signing_key`,
+    `account_key`, `creds`...), in any case, as the whole name or a `_`/`-` separated part
+    (`db_password`, `X-Api-Key`), or two adjacent parts (`signing-key`); camelCase parts count
+    too (`authToken`, `accountKey`)."""
     words = _CAMEL_BOUNDARY.sub("_", name).lower().replace("-", "_").split("_")
     return any(word in _CREDENTIAL_NAMES for word in words) or any(
         f"{first}_{second}" in _CREDENTIAL_NAMES for first, second in pairwise(words)
@@ -721,7 +883,7 @@ class _Walker:
                 match = pattern.search(pair)
                 if match is not None and match.end(1) == len(key) + 1:
                     kind = "session_cookie" if pattern is _SESSION_ID else "password"
-                    if pattern is _PASSWORD and _BARE_PASS.search(match.group(1)) and _is_ordinary_word(shown):
+                    if _is_status(shown) or (_BARE_PASS.search(match.group(1)) and _is_ordinary_word(shown)):
                         break
                     self.found.add(kind)
                     self.hits += 1

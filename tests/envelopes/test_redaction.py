@@ -525,7 +525,8 @@ _PASSWORD_CHARS = _ALNUM + "!#$%*+-/?@^_~"
 _SECRETS = st.one_of(
     # (text that carries the secret, the secret)
     _chars(_UPPER_DIGITS, 16).map(lambda s: ("AKIA" + s, "AKIA" + s)),
-    _chars(_ALNUM, 16, 48).map(lambda s: ("sk-" + s, "sk-" + s)),
+    # An OpenAI-style key is long (issue 23: `sk-1234` and `sk-small` are product codes).
+    _chars(_ALNUM, 20, 48).map(lambda s: ("sk-" + s, "sk-" + s)),
     _chars(_ALNUM, 24, 48).map(lambda s: ("sk_live_" + s, "sk_live_" + s)),
     _chars(_ALNUM, 36).map(lambda s: ("ghp_" + s, "ghp_" + s)),
     _chars(_B64URL, 43).map(lambda s: ("hp_" + s, "hp_" + s)),
