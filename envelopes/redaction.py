@@ -156,7 +156,8 @@ _AZURE_KEY = re.compile(
 # A signed URL's signature grants what the URL names to whoever holds it: Azure SAS `sig=`
 # (trufflehog azuresastoken, microsoftteamswebhook v2), AWS and GCS presigned URLs.
 _SIGNED_URL = re.compile(
-    r"((?:sig|x-amz-signature|x-amz-security-token|x-goog-signature)=)" + _NOT_PLACEHOLDER
+    r"((?:sig|x-amz-signature|x-amz-security-token|x-goog-signature)=)"
+    + _NOT_PLACEHOLDER
     + r"(?:[A-Za-z0-9+/_.-]|%[0-9A-Fa-f]{2}){10,}={0,2}",
     re.IGNORECASE,
 )
@@ -174,7 +175,8 @@ def _find_signed_urls(text: str, lowered: str) -> Iterator[int]:
 # `mysql -u app -pS3cret shop`: the password is glued to `-p` (`-p` alone prompts, and `-P` is the
 # port); `--password=` is a pair the password rule takes.
 _MYSQL_PASSWORD = re.compile(
-    r"((?<![A-Za-z0-9_])(?i:mysql|mariadb)[a-z-]*(?:[ \t]+\S+){0,30}?[ \t]+-p)" + _NOT_PLACEHOLDER
+    r"((?<![A-Za-z0-9_])(?i:mysql|mariadb)[a-z-]*(?:[ \t]+\S+){0,30}?[ \t]+-p)"
+    + _NOT_PLACEHOLDER
     + r"(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"]+)"
 )
 
