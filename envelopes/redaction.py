@@ -214,6 +214,14 @@ _AUTHORIZATION_HEADER = re.compile(
     r"(?<![A-Za-z0-9])(authorization[\"']?[ \t]*[:=][ \t]*[\"']?)" + _NOT_PLACEHOLDER + r"[^\r\n\"']+",
     re.IGNORECASE,
 )
+
+
+def _authorization(match: re.Match[str]) -> str:
+    if _is_status(match.group(0)[match.end(1) - match.start() :].strip()):
+        return match.group(0)  # "Authorization: missing"
+    return match.group(1) + _placeholder("bearer_token")
+
+
 # The token must look like one (a digit or a symbol, or long), so that prose such as "the Bearer
 # token expired" survives.
 _BEARER = re.compile(
@@ -658,7 +666,7 @@ _RULES = (
         gate=("@",),
     ),
     _Rule("url_credentials", _SIGNED_URL, _keep_prefix("url_credentials"), _find_signed_urls, gate=_SIGNED_URL_NAMES),
-    _Rule("bearer_token", _AUTHORIZATION_HEADER, _keep_prefix("bearer_token"), _at("authorization", lowered=True),
+    _Rule("bearer_token", _AUTHORIZATION_HEADER, _authorization, _at("authorization", lowered=True),
           gate=("authorization",)),
     _Rule("bearer_token", _BEARER, _keep_prefix("bearer_token"), _at("bearer", lowered=True), gate=("bearer",)),
     _Rule("basic_auth", _BASIC, _basic, _heads(r"basic[ \t]+[a-z0-9+/]{6}"), gate=("basic",)),
@@ -697,6 +705,7 @@ def _apply(rule: _Rule, text: str, lowered: str) -> str:
     if not starts:
         return text
     spared = _arn_spans(text) if rule.spares_arns else []
+    next_spared = 0  # spared[:next_spared] end before the current start (both run in order)
     pieces: list[str] = []
     done = 0  # text[:done] is settled: copied to `pieces` or replaced
     for start in starts:
@@ -705,8 +714,10 @@ def _apply(rule: _Rule, text: str, lowered: str) -> str:
         match = rule.pattern.match(text, start)
         if match is None or not match.group(0):
             continue
-        if spared and any(start < end and begin < match.end() for begin, end in spared):
-            continue
+        while next_spared < len(spared) and spared[next_spared][1] <= start:
+            next_spared += 1
+        if next_spared < len(spared) and spared[next_spared][0] < match.end():
+            continue  # the match touches an ARN
         pieces.append(text[done:start])
         pieces.append(rule.replacement(match))
         done = match.end()
