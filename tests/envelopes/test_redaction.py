@@ -499,9 +499,9 @@ def test_any_status_word_after_any_secret_name_survives(name: str, separator: st
 
 @given(value=st.text(alphabet=string.ascii_letters, min_size=3, max_size=12))
 def test_an_all_letter_value_is_redacted_unless_it_is_a_status_word(value: str) -> None:
-    from envelopes.redaction import _ORDINARY_WORDS
+    from envelopes.redaction.secrets import ORDINARY_WORDS
 
-    assume(value.lower() not in _ORDINARY_WORDS)
+    assume(value.lower() not in ORDINARY_WORDS)
     assert redact(f"password={value}").text == "password=[REDACTED:password]"
 
 
@@ -801,13 +801,13 @@ _VALUES = st.one_of(
 def test_the_walk_skips_the_pair_rules_only_for_keys_they_can_never_name(key: str, value: object) -> None:
     """redact_json skips the pair rules for a key without a secret's name part (a shortcut for
     large inputs): it answers exactly as the walk that tries them on every key."""
-    from envelopes import redaction
+    from envelopes.redaction import structured
 
     shortcut = redact_json({key: value}, credential_keys=False)
-    original = redaction._Walker.may_pair
+    original = structured._Walker.may_pair
     try:
-        redaction._Walker.may_pair = lambda self, key: True  # type: ignore[method-assign]
+        structured._Walker.may_pair = lambda self, key: True  # type: ignore[method-assign]
         reference = redact_json({key: value}, credential_keys=False)
     finally:
-        redaction._Walker.may_pair = original  # type: ignore[method-assign]
+        structured._Walker.may_pair = original  # type: ignore[method-assign]
     assert shortcut == reference
