@@ -460,8 +460,9 @@ _RULES = (
         keep_prefix("connection_string"),
         at(*_AZURE_KEY_NAMES, lowered=True),
         gate=_AZURE_KEY_NAMES,
+        needs="=",
     ),
-    Rule("webhook_url", _WEBHOOK_URL, keep_prefix("webhook_url"), _find_webhook_urls, gate=_WEBHOOK_HOSTS),
+    Rule("webhook_url", _WEBHOOK_URL, keep_prefix("webhook_url"), _find_webhook_urls, gate=_WEBHOOK_HOSTS, needs="/"),
     Rule(
         "url_credentials",
         _URL_CREDENTIALS,
@@ -469,7 +470,14 @@ _RULES = (
         _find_url_credentials,
         gate=("@",),
     ),
-    Rule("url_credentials", _SIGNED_URL, keep_prefix("url_credentials"), _find_signed_urls, gate=_SIGNED_URL_NAMES),
+    Rule(
+        "url_credentials",
+        _SIGNED_URL,
+        keep_prefix("url_credentials"),
+        _find_signed_urls,
+        gate=_SIGNED_URL_NAMES,
+        needs="=",
+    ),
     Rule(
         "bearer_token",
         _AUTHORIZATION_HEADER,
@@ -525,6 +533,8 @@ def redact(text: str) -> Redacted:
     found: set[str] = set()
     lowered = lower_in_place(text)
     for rule in _RULES:
+        if rule.needs and rule.needs not in text:
+            continue
         for name in rule.gate:  # a loop, not any(): this runs ~20 times per text
             if name in lowered:
                 break
