@@ -181,7 +181,7 @@ _API_KEY = re.compile(
     r"|ya29\.[A-Za-z0-9_-]{20,}"  # Google OAuth access token (noseyparker np.google.4)
     r"|GOCSPX-[A-Za-z0-9_-]{24,}"  # Google OAuth client secret (noseyparker np.google.2)
     r"|SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{30,64}"  # SendGrid (trufflehog sendgrid)
-    r"|hv[sbr]\.[A-Za-z0-9_-]{24,}"  # Vault service/batch/recovery tokens (trufflehog hashicorpvault)
+    r"|hv[sbr]\.[A-Za-z0-9_-]{24,}"  # Vault service/batch/recovery tokens (Vault docs "Tokens"; trufflehog)
     r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face (trufflehog huggingface)
     r"|pypi-AgE[A-Za-z0-9_-]{50,}"  # PyPI and TestPyPI upload tokens (gitleaks pypi-upload-token)
     r"|do[opr]_v1_[a-f0-9]{64}"  # DigitalOcean (trufflehog digitaloceanv2)
