@@ -239,7 +239,8 @@ _PAIR_VALUE = r"(?:\"((?:[^\"\\\r\n]|\\.)+)\"|'([^'\r\n]+)'|([^\s&;,\"'<>(){}\[\
 # `bypass:`), and an ordinary word after it stays (`pass: true`).
 PASSWORD = re.compile(
     r"([A-Za-z0-9_.-]{0,40}?(?:password|passwd|pwd|passphrase|secret(?:[_-]?(?:access[_-]?)?key)?"
-    r"|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|cred(?:ential)?s?|(?<![A-Za-z])pass(?![A-Za-z]))"
+    r"|token|api[_-]?key|apikey|(?:access|private|signing|account|encryption|master)[_-]?key|cred(?:ential)?s?"
+    r"|(?<![A-Za-z])pass(?![A-Za-z]))"
     r"[\"']?[ \t]*[:=][ \t]*)" + NOT_PLACEHOLDER + _PAIR_VALUE,
     re.IGNORECASE,
 )

@@ -153,6 +153,9 @@ PRIVATE_KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
         ("the password is letmein", "letmein", "password"),
         ("pass: hunter2", "hunter2", "password"),
         ("db_pass=s3cr3t99", "s3cr3t99", "password"),
+        ("signing_key=deadbeef1234cafe", "deadbeef1234cafe", "password"),
+        ("account-key: 0123abcdEF", "0123abcdEF", "password"),
+        ("creds=svc:Pa55w0rd", "svc:Pa55w0rd", "password"),
         ('{"pass": "opensesame"}', "opensesame", "password"),
     ],
 )
