@@ -8,6 +8,7 @@ import json
 import string
 import time
 import timeit
+from urllib.parse import quote
 
 import pytest
 from hypothesis import assume, given
@@ -152,6 +153,9 @@ PRIVATE_KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
         ("the password is letmein", "letmein", "password"),
         ("pass: hunter2", "hunter2", "password"),
         ("db_pass=s3cr3t99", "s3cr3t99", "password"),
+        ("signing_key=deadbeef1234cafe", "deadbeef1234cafe", "password"),
+        ("account-key: 0123abcdEF", "0123abcdEF", "password"),
+        ("creds=svc:Pa55w0rd", "svc:Pa55w0rd", "password"),
         ('{"pass": "opensesame"}', "opensesame", "password"),
     ],
 )
@@ -340,6 +344,26 @@ def test_without_credential_keys_only_the_pair_rules_apply_to_a_keys_value() -> 
         ("secretary", False),
         ("password_hint_shown", True),
         ("amount", False),
+        # Issue 23: the names tool inputs carry besides contract §4's.
+        ("bearer", True),
+        ("Bearer", True),
+        ("jwt", True),
+        ("X-Jwt", True),
+        ("signing_key", True),
+        ("signingKey", True),
+        ("account_key", True),
+        ("accountKey", True),
+        ("creds", True),
+        ("userCreds", True),
+        ("client-creds", True),
+        ("passphrase", True),
+        ("credentials", True),
+        ("signature", False),
+        ("design", False),
+        ("credit", False),
+        ("bearing", False),
+        ("jwks_uri", False),
+        ("keyboard", False),
     ],
 )
 def test_credential_key_names(name: str, credential: bool) -> None:
@@ -425,6 +449,129 @@ def test_a_secret_free_kilobyte_is_redacted_within_budget() -> None:
 @pytest.mark.parametrize(
     "text",
     [
+        "password: required",
+        "token: expired",
+        "api_key: missing",
+        "credentials: invalid",
+        "Password: Required",
+        "TOKEN=EXPIRED",
+        "secret: not set",
+        "api_key=NOT_SET",
+        "password: too short",
+        "passwd: ****",
+        "session_id: expired",
+        "Authorization: missing",
+        '{"password": "required"}',
+        "{'client_secret': 'not provided'}",
+    ],
+)
+def test_a_value_that_states_a_condition_is_not_redacted(text: str) -> None:
+    assert redact(text) == Redacted(text, ())
+    assert redact_json({"message": text}) == ({"message": text}, ())
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password: letmein", "letmein"),  # short and all letters: a password all the same
+        ("token: hunter", "hunter"),
+        ("password: required2", "required2"),
+        ('{"secret": "not set at all, really"}', "really"),
+        ("api_key=missingno", "missingno"),
+    ],
+)
+def test_a_value_outside_the_status_words_is_redacted(text: str, secret: str) -> None:
+    redacted = redact(text)
+    assert secret not in redacted.text
+    assert redacted.kinds == ("password",)
+
+
+_STATUS_WORDS = ["required", "missing", "expired", "invalid", "revoked", "not_set", "empty", "none", "incorrect"]
+
+
+@given(
+    name=st.sampled_from(["password", "db_password", "token", "api_key", "client_secret", "credentials", "creds"]),
+    separator=st.sampled_from(["=", ": ", " = ", '": "']),
+    word=st.sampled_from(_STATUS_WORDS),
+    case=st.sampled_from([str.lower, str.upper, str.title]),
+)
+def test_any_status_word_after_any_secret_name_survives(name: str, separator: str, word: str, case) -> None:  # type: ignore[no-untyped-def]
+    text = f'"{name}{separator}{case(word)}"' if separator.startswith('"') else f"{name}{separator}{case(word)}"
+    assert redact(text).text == text
+
+
+@given(value=st.text(alphabet=string.ascii_letters, min_size=3, max_size=12))
+def test_an_all_letter_value_is_redacted_unless_it_is_a_status_word(value: str) -> None:
+    from envelopes.redaction.secrets import ORDINARY_WORDS
+
+    assume(value.lower() not in ORDINARY_WORDS)
+    assert redact(f"password={value}").text == "password=[REDACTED:password]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "arn:aws:iam::123456789012:role/x",
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+        "arn:aws:lambda:us-east-1:123456789012:function:send-email:3",
+        "arn:aws:ecs:us-east-1:123456789012:task-definition/web-app:17",
+        "arn:aws-us-gov:iam::123456789012:user/token-reader",
+        "secret=arn:aws:secretsmanager:eu-west-1:123456789012:secret:app",
+    ],
+)
+def test_an_arn_is_left_alone(text: str) -> None:
+    assert redact(text) == Redacted(text, ())
+
+
+def test_a_secret_beside_an_arn_is_still_redacted() -> None:
+    text = "arn:aws:lambda:us-east-1:123456789012:function:f:3 failed with token=abc123x and AKIAIOSFODNN7EXAMPLE"
+    assert redact(text).text == (
+        "arn:aws:lambda:us-east-1:123456789012:function:f:3 failed with token=[REDACTED:password]"
+        " and [REDACTED:aws_access_key]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("could not read config.local", "could not read config.local"),
+        ("DJANGO_SETTINGS_MODULE=config.settings.local", "DJANGO_SETTINGS_MODULE=config.settings.local"),
+        ("open /etc/app/site.local failed", "open /etc/app/site.local failed"),
+        ("copy .env.local", "copy .env.local"),
+        ("cannot reach printer.local", "cannot reach [REDACTED:internal_host]"),
+        ("cannot reach http://site.local/x", "cannot reach http://[REDACTED:internal_host]/x"),
+        ("share \\\\nas.corp\\invoices", "share \\\\[REDACTED:internal_host]\\invoices"),
+        ("config.local:8080 refused", "[REDACTED:internal_host] refused"),  # with a port, a host
+    ],
+)
+def test_a_file_named_like_an_internal_host_is_not_one(text: str, redacted: str) -> None:
+    assert redact(text).text == redacted
+
+
+@pytest.mark.parametrize("code", ["sk-1234", "sk-small", "sk-small-blue-v2", "sk-1234-5678-9012-3456", "sk-xl"])
+def test_an_sk_product_code_is_not_a_key(code: str) -> None:
+    assert redact(f"product {code} is out of stock").text == f"product {code} is out of stock"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("mysql -u app -p shop", "mysql -u app -p shop"),  # -p alone prompts
+        ("mysql -P 3306 -u app shop", "mysql -P 3306 -u app shop"),  # -P is the port
+        ("mysql -u app -pS3cret shop", "mysql -u app -p[REDACTED:password] shop"),
+        ("mariadb --user=app --password=S3cret shop", "mariadb --user=app --password=[REDACTED:password] shop"),
+        ("db.example.com:5432:shop:app:S3cret", "db.example.com:5432:shop:app:[REDACTED:password]"),
+        ("mac 00:11:22:33:44:55", "mac 00:11:22:33:44:55"),
+        ("ip 2001:4860:4860:0:0:0:0:8888", "ip 2001:4860:4860:0:0:0:0:8888"),
+    ],
+)
+def test_mysql_command_lines_and_pgpass_lines(text: str, kept: str) -> None:
+    assert redact(text).text == kept
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "a-" * 32000 + ":1",
         "host=" * 13000 + "password;",
         "a:1" * 20000,
@@ -434,6 +581,20 @@ def test_a_secret_free_kilobyte_is_redacted_within_budget() -> None:
         "sk-" * 20000,
         "a.internal" * 6000,
         "ignore " * 9000,
+        "mysql " * 9000 + "-p",
+        ":1:a:b:" * 9000,
+        "a.b:1:c:d:e " * 5000,
+        "sig=" * 15000,
+        "&sig=a" * 10000,
+        ":AA" * 20000,
+        "1" * 30000 + ":AA",
+        "AccountKey=" * 5000,
+        "arn:aws:s3:::b a-b:1 " * 3000,
+        "x.webhook.office.com/" * 3000,
+        "hpr_" * 15000,
+        "ya29." * 12000,
+        "SG." * 20000,
+        "password: " * 6000,
     ],
 )
 def test_it_stays_fast_on_pathological_input(text: str) -> None:
@@ -520,15 +681,36 @@ def _chars(alphabet: str, size: int, max_size: int | None = None) -> st.SearchSt
 
 
 _UPPER_DIGITS = string.ascii_uppercase + string.digits
+_HEX = "0123456789abcdef"
 _ALNUM = string.ascii_letters + string.digits
 _PASSWORD_CHARS = _ALNUM + "!#$%*+-/?@^_~"
 _SECRETS = st.one_of(
     # (text that carries the secret, the secret)
     _chars(_UPPER_DIGITS, 16).map(lambda s: ("AKIA" + s, "AKIA" + s)),
-    _chars(_ALNUM, 16, 48).map(lambda s: ("sk-" + s, "sk-" + s)),
+    # An OpenAI-style key is long (issue 23: `sk-1234` and `sk-small` are product codes).
+    _chars(_ALNUM, 20, 48).map(lambda s: ("sk-" + s, "sk-" + s)),
     _chars(_ALNUM, 24, 48).map(lambda s: ("sk_live_" + s, "sk_live_" + s)),
     _chars(_ALNUM, 36).map(lambda s: ("ghp_" + s, "ghp_" + s)),
     _chars(_B64URL, 43).map(lambda s: ("hp_" + s, "hp_" + s)),
+    _chars(_B64URL, 43).map(lambda s: ("hpr_" + s, "hpr_" + s)),
+    _chars(_B64URL, 20, 200).map(lambda s: ("ya29." + s, "ya29." + s)),
+    _chars(_B64URL, 28).map(lambda s: ("GOCSPX-" + s, "GOCSPX-" + s)),
+    st.tuples(_chars(_B64URL, 22), _chars(_B64URL, 43)).map(lambda p: (f"SG.{p[0]}.{p[1]}",) * 2),
+    st.tuples(st.sampled_from("sbr"), _chars(_B64URL, 24, 120)).map(lambda p: (f"hv{p[0]}.{p[1]}",) * 2),
+    _chars(string.ascii_letters, 34).map(lambda s: ("hf_" + s, "hf_" + s)),
+    _chars(_B64URL, 50, 160).map(lambda s: ("pypi-AgEIcHlwaS5vcmc" + s,) * 2),
+    st.tuples(st.sampled_from("opr"), _chars(_HEX, 64)).map(lambda p: (f"do{p[0]}_v1_{p[1]}",) * 2),
+    st.tuples(st.sampled_from(["at", "ss", "ca", "pa"]), _chars(_HEX, 32)).map(lambda p: (f"shp{p[0]}_{p[1]}",) * 2),
+    st.tuples(st.integers(10000, 10**12), _chars(_B64URL, 33)).map(lambda p: (f"{p[0]}:AA{p[1]}",) * 2),
+    _chars(_UPPER_DIGITS, 20, 60).map(lambda s: ("xapp-1-A" + s, "xapp-1-A" + s)),
+    _chars(_UPPER_DIGITS, 40, 166).map(lambda s: ("xoxe.xoxp-1-" + s, "xoxe.xoxp-1-" + s)),
+    _chars(_ALNUM + "/+", 20, 88).map(lambda s: (f"AccountName=acme;AccountKey={s}==;EndpointSuffix=x", s)),
+    _chars(_ALNUM + "+/=", 10, 60)
+    .map(lambda s: quote(s, safe=""))
+    .map(lambda s: (f"https://a.blob.core.windows.net/c?sv=2022-11-02&sig={s}", s)),
+    _chars(_ALNUM, 20, 60).map(lambda s: (f"https://acme.webhook.office.com/webhookb2/{s}", s)),
+    _chars(_PASSWORD_CHARS.replace("'", ""), 4, 20).map(lambda s: (f"mysql -u app -p{s} shop", s)),
+    _chars(_ALNUM + "!#$%*+-/?@^_~", 4, 20).map(lambda s: (f"db.example.com:5432:shop:app:{s}", s)),
     _chars(_ALNUM + "-", 12, 40).map(lambda s: ("xoxb-" + s, "xoxb-" + s)),
     _chars(_B64URL, 35).map(lambda s: ("AIza" + s, "AIza" + s)),
     st.tuples(_chars(_B64URL, 4, 40), _chars(_B64URL, 4, 40), _chars(_B64URL, 0, 40)).map(
@@ -622,13 +804,13 @@ _VALUES = st.one_of(
 def test_the_walk_skips_the_pair_rules_only_for_keys_they_can_never_name(key: str, value: object) -> None:
     """redact_json skips the pair rules for a key without a secret's name part (a shortcut for
     large inputs): it answers exactly as the walk that tries them on every key."""
-    from envelopes import redaction
+    from envelopes.redaction import structured
 
     shortcut = redact_json({key: value}, credential_keys=False)
-    original = redaction._Walker.may_pair
+    original = structured._Walker.may_pair
     try:
-        redaction._Walker.may_pair = lambda self, key: True  # type: ignore[method-assign]
+        structured._Walker.may_pair = lambda self, key: True  # type: ignore[method-assign]
         reference = redact_json({key: value}, credential_keys=False)
     finally:
-        redaction._Walker.may_pair = original  # type: ignore[method-assign]
+        structured._Walker.may_pair = original  # type: ignore[method-assign]
     assert shortcut == reference
