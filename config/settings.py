@@ -18,16 +18,23 @@ env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
 # Sessions, CSRF tokens and signed values rest on this key, so a production process (DEBUG off)
-# refuses to start without its own. DEBUG (scripts/run) falls back to a fixed development key;
-# the tests set one in pyproject.toml ([tool.pytest_env]).
+# refuses to start without its own, or with one short enough to guess (Django's deploy check
+# asks for 50 characters). DEBUG (scripts/run) falls back to a fixed development key; the tests
+# set one in pyproject.toml ([tool.pytest_env]).
+SECRET_KEY_MIN_LENGTH = 50
 SECRET_KEY = env.str("SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "SECRET_KEY is not set. With DEBUG off Holdpoint refuses to start without one: set "
-            "SECRET_KEY to 50 or more random characters (python -c 'import secrets; "
-            "print(secrets.token_urlsafe(50))'), or DEBUG=true on a development machine."
+if not DEBUG and len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
+    raise ImproperlyConfigured(
+        (
+            f"SECRET_KEY is {len(SECRET_KEY)} characters long, shorter than {SECRET_KEY_MIN_LENGTH}."
+            if SECRET_KEY
+            else "SECRET_KEY is not set."
         )
+        + f" With DEBUG off Holdpoint refuses to start without one of {SECRET_KEY_MIN_LENGTH} or more "
+        "random characters: set SECRET_KEY (python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
+        "or DEBUG=true on a development machine."
+    )
+if not SECRET_KEY:
     SECRET_KEY = "holdpoint-insecure-development-key-change-me"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
