@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
 from .models import AuditEvent, AuditSeal, Step, Team, Tool
@@ -224,6 +225,7 @@ def audit_verify() -> list[AuditProblem]:
             chain = f"{prefix}:{pk}"
             if chain_heads.get(chain, {}).get(seq) != head or expected_seq.get(chain, 1) != seq + 1:
                 problems.append(AuditProblem(chain, "its head does not match its last link"))
+    problems.extend(steps_against_chains())
 
     seals_prev: dict[int, str] = {}
     for seal in AuditSeal.objects.order_by("team_id", "seq").iterator(chunk_size=500):
@@ -235,3 +237,42 @@ def audit_verify() -> list[AuditProblem]:
             if chain_heads.get(chain, {}).get(seq) != link_hash:
                 problems.append(AuditProblem(where, f"{chain}#{seq} no longer matches its seal"))
     return problems
+
+
+STEPS_BATCH = 2000
+
+
+def steps_against_chains(*, batch: int = STEPS_BATCH) -> Iterator[AuditProblem]:
+    """Each step row against its own chain: a row edited behind the services' back (an UPDATE that
+    releases a held step) keeps a valid chain, so only this comparison sees it.
+
+    Every change of a step's state or reason appends a transition link carrying both (refusals
+    and decisions append links too, with the state unchanged and their own code as `reason`):
+    the state must be the `after` of the chain's last link, the reason that of its last
+    transition. A step with no link at all was not written by the services. Steps are read in
+    key order a batch at a time (keyset, so memory stays flat without a server-side cursor), each
+    with its two links found through audit_step_seq_idx: one query per batch."""
+    links = AuditEvent.objects.filter(step=OuterRef("pk")).order_by("-seq")
+    after = 0
+    while True:
+        rows = list(
+            Step.objects.filter(pk__gt=after)
+            .order_by("pk")
+            .annotate(
+                chain_state=Subquery(links.values("after")[:1]),
+                chain_reason=Subquery(links.filter(kind=AuditEvent.Kind.TRANSITION).values("reason")[:1]),
+            )
+            .values_list("pk", "team__slug", "operation_ref", "state", "reason", "chain_state", "chain_reason")[:batch]
+        )
+        for pk, team, ref, state, reason, chain_state, chain_reason in rows:
+            where = f"step:{pk} (team {team}, operation_ref {ref!r})"
+            if chain_state is None:
+                yield AuditProblem(where, f"its row says {state} ({reason}) but its chain has no link")
+            elif (state, reason) != (chain_state, chain_reason):
+                yield AuditProblem(
+                    where,
+                    f"its row says {state} ({reason}) but its chain's last link says {chain_state} ({chain_reason})",
+                )
+        if len(rows) < batch:
+            return
+        after = rows[-1][0]
