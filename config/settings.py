@@ -323,6 +323,10 @@ CELERY_BEAT_SCHEDULE["purge-notification-history"] = {
     "schedule": 3600.0,
 }
 HOLDPOINT_NOTIFICATION_RETENTION_DAYS = env.int("HOLDPOINT_NOTIFICATION_RETENTION_DAYS", default=30)
+# The core's domain events (envelopes.events), once every consumer is done with them, are purged
+# hourly after HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS (read at each purge).
+CELERY_BEAT_SCHEDULE["purge-domain-events"] = {"task": "envelopes.tasks.purge_domain_events", "schedule": 3600.0}
+HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS = env.int("HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS", default=30)
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)
