@@ -124,14 +124,28 @@ else:
         DATABASES["default"]["ENGINE"] = "config.postgresql"
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # Behind PgBouncer in transaction mode (HOLDPOINT_PGBOUNCER) each transaction may run on
+    # another server connection, so nothing may outlive a transaction on one: no server-side
+    # cursor (Django's iterator() holds one open across statements) and no prepared statement
+    # (prepared on one server connection, executed on another: "does not exist"). Holdpoint
+    # keeps no other session state (no session SET, advisory lock or LISTEN; the one SET is
+    # set_config(..., true), local to its transaction). A switch rather than URL options: the
+    # URL can say disable_server_side_cursors, but django-environ gives psycopg no way to say
+    # prepare_threshold=None from it, and half of the two breaks under load.
+    _pgbouncer = env.bool("HOLDPOINT_PGBOUNCER", default=False)
+    if _pgbouncer:
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     # The agent API's hot statements (envelopes/hot_sql.py) are prepared by psycopg the third
     # time a connection runs them, so PostgreSQL stops parsing and planning them on every call;
     # Django's ORM binds values on the client and is never prepared. Soon rather than psycopg's
-    # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`)
-    # for a connection pooler that cannot keep prepared statements (PgBouncer in transaction
-    # mode before 1.21, or without max_prepared_statements).
-    if env.bool("HOLDPOINT_DB_PREPARED_STATEMENTS", default=True):
+    # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`,
+    # or HOLDPOINT_PGBOUNCER) for a connection pooler that cannot keep prepared statements
+    # (PgBouncer in transaction mode before 1.21, or without max_prepared_statements): then
+    # never, not psycopg's default of five.
+    if env.bool("HOLDPOINT_DB_PREPARED_STATEMENTS", default=not _pgbouncer):
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 2)
+    else:
+        DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _cache_url = env.str("CACHE_URL", default="")
