@@ -122,9 +122,7 @@ def test_an_operation_ref_is_shown_escaped(history: Step) -> None:
     assert "operation_ref 'run/\\x1b[2Jstep'" in done.stderr
 
 
-def test_steps_are_read_a_batch_at_a_time_however_many_there_are(
-    agent: AgentClient, django_assert_num_queries
-) -> None:  # type: ignore[no-untyped-def]
+def test_steps_are_read_a_batch_at_a_time_however_many_there_are(agent: AgentClient, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     for n in range(5):
         agent.envelope(error_envelope(operation_ref=f"run/{n}"))
     Step.objects.filter(operation_ref="run/4").update(state="retry_ready")
@@ -135,3 +133,32 @@ def test_steps_are_read_a_batch_at_a_time_however_many_there_are(
     assert [problem.where.split(" ")[0] for problem in problems] == [
         f"step:{Step.objects.get(operation_ref='run/4').pk}"
     ]
+
+
+def test_small_batches_find_the_same_problems_as_one(
+    history: Step, team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Links, steps and seals are read in keyset pages: a chain or a seal split across pages is
+    checked as a whole."""
+    from envelopes import audit
+
+    audit.audit_seal(team=team)
+    assert audit.audit_verify() == []
+    monkeypatch.setattr(audit, "BATCH", 2)
+    monkeypatch.setattr(audit, "SEALS_BATCH", 1)
+    monkeypatch.setattr(audit, "HEADS_PER_QUERY", 2)
+    assert audit.audit_verify() == []
+
+    middle = AuditEvent.objects.filter(step=history).order_by("seq")[1]  # not the head: seq 2 of 3
+    AuditEvent.objects.filter(pk=middle.pk).delete()
+    tool = history.tool
+    type(tool).objects.filter(pk=tool.pk).update(audit_head="0" * 64)
+    closed = AuditEvent.objects.filter(step__operation_ref="closed/1").order_by("-seq").first()
+    assert closed is not None
+    AuditEvent.objects.filter(pk=closed.pk).update(hash="f" * 64)  # a sealed head
+
+    problems = [str(problem) for problem in audit.audit_verify()]
+
+    assert f"step:{history.pk}#{middle.seq + 1}: link {middle.seq} is missing" in problems
+    assert f"tool:{tool.pk}: its head does not match its last link" in problems
+    assert any(p.endswith(f"step:{closed.step_id}#{closed.seq} no longer matches its seal") for p in problems)
