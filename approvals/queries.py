@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -9,7 +12,8 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Paginator
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db import connection
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast, Left
 from django.utils.functional import cached_property
 
@@ -27,6 +31,7 @@ QUEUE_LIMIT = 50
 COUNT_CAP = 1000
 PARTIAL_SEARCH_SPAN = 10_000  # the latest steps a substring search looks through
 CHOICES_LIMIT = 200  # tools and codes the filter form offers; the fields also take any text
+CODES_SPAN = 500  # the held steps whose codes the filter form offers
 QUARANTINE_RECENT = timedelta(hours=24)
 AGE_RE = re.compile(r"^(\d{1,5})([mhd])$")
 _AGE_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -140,10 +145,108 @@ class QueueView:
     queue: Queue
     rows: list[Any]
     total: int
+    after: tuple[Any, ...] | None = None  # this page starts after that key (a keyset page)
+    next_after: tuple[Any, ...] | None = None  # the key of the last row shown, when more follow
 
     @property
     def truncated(self) -> bool:
-        return self.total > len(self.rows)
+        return self.after is not None or self.next_after is not None or self.total > len(self.rows)
+
+    @property
+    def cursor_param(self) -> str:
+        return f"{self.queue.key}_after"
+
+    @property
+    def next_cursor(self) -> str:
+        return queue_cursor_encode(self.queue, self.next_after) if self.next_after is not None else ""
+
+
+class BadQueueCursor(ValueError):
+    pass
+
+
+def queue_cursor_encode(queue: Queue, key: tuple[Any, ...]) -> str:
+    values = [value.isoformat() if isinstance(value, datetime) else value for value in key]
+    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def queue_cursor_decode(queue: Queue, text: str) -> tuple[Any, ...]:
+    """The key a `?<queue>_after=` cursor names: the queue's order columns, datetimes (or null
+    where the column may be) then the step id. Anything else is BadQueueCursor."""
+    try:
+        values = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode())
+    except (binascii.Error, UnicodeDecodeError, ValueError) as error:
+        raise BadQueueCursor("not a queue cursor") from error
+    if not isinstance(values, list) or len(values) != len(queue.order_by):
+        raise BadQueueCursor("not a queue cursor")
+    *times, pk = values
+    if type(pk) is not int or not 0 < pk < 2**63:
+        raise BadQueueCursor("not a queue cursor")
+    key: list[Any] = []
+    for name, value in zip(queue.order_by, times, strict=False):
+        if value is None and name in NULLABLE_ORDER:
+            key.append(None)
+            continue
+        try:
+            moment = datetime.fromisoformat(value) if isinstance(value, str) and len(value) <= 40 else None
+        except ValueError:
+            moment = None
+        if moment is None or moment.tzinfo is None:
+            raise BadQueueCursor("not a queue cursor")
+        key.append(moment)
+    return (*key, pk)
+
+
+# Order columns that may be NULL; every queue orders them NULLS LAST, on both engines (SQLite
+# puts NULLs first by default), so that a page's keys compare the same in SQL and in Python.
+NULLABLE_ORDER = frozenset({"expires_at", "deadline"})
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((value is None, value) for value in key)
+
+
+def _after(queue: Queue, key: tuple[Any, ...]) -> Q:
+    """Rows whose order key comes after `key` (NULLs last): the first column's bound alone, for
+    the index scan to start there, and the exact lexicographic comparison."""
+    names = queue.order_by
+    exact = Q(pk__in=[])
+    equal = Q()
+    for name, value in zip(names, key, strict=True):
+        if value is None:
+            equal &= Q(**{f"{name}__isnull": True})
+            continue
+        later = Q(**{f"{name}__gt": value})
+        if name in NULLABLE_ORDER:
+            later |= Q(**{f"{name}__isnull": True})
+        exact |= equal & later
+        equal &= Q(**{name: value})
+    first, value = names[0], key[0]
+    start = Q(**{f"{first}__isnull": True}) if value is None else Q(**{f"{first}__gte": value})
+    if value is not None and first in NULLABLE_ORDER:
+        start |= Q(**{f"{first}__isnull": True})
+    return start & exact
+
+
+def _queue_keys(steps: QuerySet[Step], team_ids: list[int], queue: Queue, limit: int) -> list[tuple[Any, ...]]:
+    """The order keys (the queue's order columns, the id last) of the first `limit` steps, over
+    every team. Each team's steps are read in order from its queue's partial index (Step.Meta)
+    and stopped at `limit`, so the cost follows the page, not the queue's length; the teams'
+    pages are merged here. On PostgreSQL one statement (UNION ALL of the teams' pages); SQLite
+    takes no LIMIT inside a compound statement, so there it is one statement per team."""
+    order = [F(name).asc(nulls_last=True) for name in queue.order_by]
+    pages = [
+        steps.filter(team_id=team_id).order_by(*order).values_list(*queue.order_by)[:limit] for team_id in team_ids
+    ]
+    if not pages:
+        return []
+    if len(pages) == 1:
+        keys = list(pages[0])
+    elif connection.features.supports_slicing_ordering_in_compound:
+        keys = list(pages[0].union(*pages[1:], all=True))
+    else:
+        keys = [key for page in pages for key in page]
+    return sorted(keys, key=_sort_key)[:limit]
 
 
 def _current_approvals(*, edited: bool) -> Count:
@@ -161,19 +264,38 @@ def _current_approvals(*, edited: bool) -> Count:
 
 
 def step_queue(
-    teams: QuerySet[Team], queue: Queue, filters: QueueFilters, now: datetime
+    teams: QuerySet[Team],
+    queue: Queue,
+    filters: QueueFilters,
+    now: datetime,
+    *,
+    team_ids: list[int] | None = None,
+    after: tuple[Any, ...] | None = None,
 ) -> QueueView:
-    steps: QuerySet[Step] = Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states])
-    steps = _filter_steps(steps, filters, now)
+    """A page of the queue, oldest first: the first QUEUE_LIMIT steps, or those after the key
+    `after` (a keyset page: `queue_cursor_decode`). `team_ids`: the ids of `teams`, when the
+    caller has them already. Reads a page's worth of rows whatever the queue holds: the count is
+    capped, the order comes from the queue's index, and the rows, their joins and their
+    approvals are read for the steps shown only."""
+    if team_ids is None:
+        team_ids = list(teams.values_list("pk", flat=True))
+    states = [s.value for s in queue.states]
+    steps: QuerySet[Step] = _filter_steps(Step.objects.filter(team_id__in=team_ids, state__in=states), filters, now)
     total = capped_count(steps)
-    rows = steps.select_related("team", "tool", "last_envelope").order_by(*queue.order_by)
+    paged = steps.filter(_after(queue, after)) if after is not None else steps
+    keys = _queue_keys(paged, team_ids, queue, QUEUE_LIMIT + 1)
+    shown_keys = keys[:QUEUE_LIMIT]
+    ids = [key[-1] for key in shown_keys]
+    rows = Step.objects.filter(pk__in=ids, state__in=states).select_related("team", "tool", "last_envelope")
     if queue.key == "approvals":
         rows = rows.annotate(
             approvals_given=_current_approvals(edited=False), edits_waiting=_current_approvals(edited=True)
         )
-    shown = list(rows[:QUEUE_LIMIT])
+    by_pk = {step.pk: step for step in rows} if ids else {}
+    shown = [by_pk[pk] for pk in ids if pk in by_pk]  # a step decided since its key was read is gone
     with_input_summaries(shown)
-    return QueueView(queue=queue, rows=shown, total=total)
+    next_after = shown_keys[-1] if len(keys) > QUEUE_LIMIT else None
+    return QueueView(queue=queue, rows=shown, total=total, after=after, next_after=next_after)
 
 
 def _input_head(rows: QuerySet[Any]) -> Subquery:
@@ -223,10 +345,20 @@ def halted_tools(teams: QuerySet[Team], filters: QueueFilters, now: datetime) ->
         tools = tools.filter(halted_reason__iexact=filters.code)
     if filters.age:
         tools = tools.filter(halted_at__lte=now - filters.age)
-    tools = tools.annotate(
-        held_steps=Count("steps", filter=Q(steps__state__in=[s.value for s in HELD]))
-    )
+    # A halted tool is where held steps pile up: count each one's up to COUNT_CAP ("1000+"),
+    # from step_team_tool_state_idx, rather than all of them.
+    held = Step.objects.filter(
+        team_id=OuterRef("team_id"), tool_id=OuterRef("pk"), state__in=[s.value for s in HELD]
+    ).order_by()
+    tools = tools.annotate(held_steps=CappedCount(held.values("pk")[:COUNT_CAP]))
     return list(tools.order_by("halted_at", "id"))
+
+
+class CappedCount(Subquery):
+    """COUNT(*) over a sliced subquery: how many rows, up to the slice's end."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) AS capped)"
+    output_field = IntegerField()
 
 
 def quarantined(teams: QuerySet[Team], filters: QueueFilters, now: datetime) -> QuerySet[Quarantine]:
@@ -256,13 +388,16 @@ class CappedPaginator(Paginator):
         return capped_count(self.object_list)
 
 
-def queue_counts(teams: QuerySet[Team], now: datetime) -> dict[str, int]:
-    """The counts in the navigation: unfiltered, over the given teams, each up to COUNT_CAP."""
-    counts = {
-        queue.key: capped_count(Step.objects.filter(team__in=teams, state__in=[s.value for s in queue.states]))
-        for queue in STEP_QUEUES
-    }
-    counts["halted"] = capped_count(Tool.objects.filter(team__in=teams).halted(now))
+def queue_counts(teams: QuerySet[Team], now: datetime, *, known: dict[str, int] | None = None) -> dict[str, int]:
+    """The counts in the navigation: unfiltered, over the given teams, each up to COUNT_CAP.
+    `known`: counts the caller has already made the same way (the queues page, unfiltered)."""
+    counts = dict(known or {})
+    for queue in STEP_QUEUES:
+        if queue.key not in counts:
+            states = [s.value for s in queue.states]
+            counts[queue.key] = capped_count(Step.objects.filter(team__in=teams, state__in=states))
+    if "halted" not in counts:
+        counts["halted"] = capped_count(Tool.objects.filter(team__in=teams).halted(now))
     counts["quarantine"] = capped_count(
         Quarantine.objects.filter(team__in=teams, received_at__gte=now - QUARANTINE_RECENT)
     )
@@ -276,8 +411,11 @@ def filter_choices(teams: QuerySet[Team]) -> dict[str, list[str]]:
     tools = list(
         Tool.objects.filter(team__in=teams).values_list("name", flat=True).distinct().order_by("name")[:CHOICES_LIMIT]
     )
+    # The codes of up to CODES_SPAN held steps (any of them: read from the held-queue index, in no
+    # order), not of every held step, which would read the envelope of each.
+    sample = Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD]).order_by().values("pk")[:CODES_SPAN]
     codes = list(
-        Step.objects.filter(team__in=teams, state__in=[s.value for s in HELD])
+        Step.objects.filter(pk__in=sample)
         .exclude(last_envelope__code="")
         .exclude(last_envelope__isnull=True)
         .values_list("last_envelope__code", flat=True)

@@ -96,21 +96,43 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
     filters = filter_form.filters()
     teams = teams_of(request.user, slug=filters.team)
     now = timezone.now()
+    # A queue's further pages: ?<queue>_after=<the key of the last row of the page before>.
+    try:
+        after = {
+            queue.key: queries.queue_cursor_decode(queue, request.GET[f"{queue.key}_after"])
+            for queue in queries.STEP_QUEUES
+            if request.GET.get(f"{queue.key}_after")
+        }
+    except queries.BadQueueCursor:
+        return HttpResponseBadRequest("No such place in the queue; reload the page.")
+    # The memberships already name the teams: no query per queue for them.
+    team_ids = [m.team_id for m in memberships if not filters.team or m.team.slug == filters.team]
     quarantine = queries.quarantined(teams, filters, now)
-    context = {
+    step_queues = [
+        queries.step_queue(teams, queue, filters, now, team_ids=team_ids, after=after.get(queue.key))
+        for queue in queries.STEP_QUEUES
+    ]
+    halted_tools = queries.halted_tools(teams, filters, now)
+    context: dict[str, object] = {
         "filter_form": filter_form,
         "filters": filters,
         "memberships": memberships,
         "multi_team": len(memberships) > 1,
         "deciding_team_ids": {m.team_id for m in memberships if m.can_decide},
-        "step_queues": [queries.step_queue(teams, queue, filters, now) for queue in queries.STEP_QUEUES],
-        "halted_tools": queries.halted_tools(teams, filters, now),
+        "step_queues": step_queues,
+        "halted_tools": halted_tools,
         "quarantine": list(quarantine[:20]),
         "quarantine_total": queries.capped_count(quarantine),
         "choices": queries.filter_choices(teams),
         "age_choices": AGE_CHOICES,
         "now": now,
     }
+    if not filters.active:
+        # The navigation's counts are this page's totals, unfiltered: not counted twice.
+        context["nav_counts_known"] = {
+            **{view.queue.key: view.total for view in step_queues},
+            "halted": min(len(halted_tools), queries.COUNT_CAP),
+        }
     partial = "queues" if htmx_targets(request, "queues") else None
     return page_render(request, "approvals/queues.html", context, partial=partial)
 

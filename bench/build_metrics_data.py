@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hp_bench")
-os.environ.setdefault("SECRET_KEY", "holdpoint-bench-not-a-secret")
+os.environ.setdefault("SECRET_KEY", "holdpoint-bench-key-not-a-secret-padded-to-fifty-chars")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 PASSWORD = "bench-password"

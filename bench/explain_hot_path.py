@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hp_bench")
 os.environ.setdefault("DEBUG", "false")
-os.environ.setdefault("SECRET_KEY", "holdpoint-bench-not-a-secret")
+os.environ.setdefault("SECRET_KEY", "holdpoint-bench-key-not-a-secret-padded-to-fifty-chars")
 os.environ.setdefault("HOLDPOINT_HTTPS", "false")
 os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/9")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/10")

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hp_bench")
 os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/7")
-os.environ.setdefault("SECRET_KEY", "holdpoint-bench-not-a-secret")
+os.environ.setdefault("SECRET_KEY", "holdpoint-bench-key-not-a-secret-padded-to-fifty-chars")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 HOT = "create_invoice"

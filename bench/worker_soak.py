@@ -39,7 +39,7 @@ ENV = {
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/12",
     "CACHE_URL": "redis://127.0.0.1:6379/13",
     "DEBUG": "false",
-    "SECRET_KEY": "holdpoint-bench-not-a-secret",
+    "SECRET_KEY": "holdpoint-bench-key-not-a-secret-padded-to-fifty-chars",
     "HOLDPOINT_HTTPS": "false",
     "HOLDPOINT_SWEEP_SECONDS": "1",
     "HOLDPOINT_WEBHOOK_ALLOW_PRIVATE": "true",

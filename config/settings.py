@@ -18,16 +18,23 @@ env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
 # Sessions, CSRF tokens and signed values rest on this key, so a production process (DEBUG off)
-# refuses to start without its own. DEBUG (scripts/run) falls back to a fixed development key;
-# the tests set one in pyproject.toml ([tool.pytest_env]).
+# refuses to start without its own, or with one short enough to guess (Django's deploy check
+# asks for 50 characters). DEBUG (scripts/run) falls back to a fixed development key; the tests
+# set one in pyproject.toml ([tool.pytest_env]).
+SECRET_KEY_MIN_LENGTH = 50
 SECRET_KEY = env.str("SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "SECRET_KEY is not set. With DEBUG off Holdpoint refuses to start without one: set "
-            "SECRET_KEY to 50 or more random characters (python -c 'import secrets; "
-            "print(secrets.token_urlsafe(50))'), or DEBUG=true on a development machine."
+if not DEBUG and len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
+    raise ImproperlyConfigured(
+        (
+            f"SECRET_KEY is {len(SECRET_KEY)} characters long, shorter than {SECRET_KEY_MIN_LENGTH}."
+            if SECRET_KEY
+            else "SECRET_KEY is not set."
         )
+        + f" With DEBUG off Holdpoint refuses to start without one of {SECRET_KEY_MIN_LENGTH} or more "
+        "random characters: set SECRET_KEY (python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
+        "or DEBUG=true on a development machine."
+    )
+if not SECRET_KEY:
     SECRET_KEY = "holdpoint-insecure-development-key-change-me"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -117,14 +124,28 @@ else:
         DATABASES["default"]["ENGINE"] = "config.postgresql"
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # Behind PgBouncer in transaction mode (HOLDPOINT_PGBOUNCER) each transaction may run on
+    # another server connection, so nothing may outlive a transaction on one: no server-side
+    # cursor (Django's iterator() holds one open across statements) and no prepared statement
+    # (prepared on one server connection, executed on another: "does not exist"). Holdpoint
+    # keeps no other session state (no session SET, advisory lock or LISTEN; the one SET is
+    # set_config(..., true), local to its transaction). A switch rather than URL options: the
+    # URL can say disable_server_side_cursors, but django-environ gives psycopg no way to say
+    # prepare_threshold=None from it, and half of the two breaks under load.
+    _pgbouncer = env.bool("HOLDPOINT_PGBOUNCER", default=False)
+    if _pgbouncer:
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     # The agent API's hot statements (envelopes/hot_sql.py) are prepared by psycopg the third
     # time a connection runs them, so PostgreSQL stops parsing and planning them on every call;
     # Django's ORM binds values on the client and is never prepared. Soon rather than psycopg's
-    # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`)
-    # for a connection pooler that cannot keep prepared statements (PgBouncer in transaction
-    # mode before 1.21, or without max_prepared_statements).
-    if env.bool("HOLDPOINT_DB_PREPARED_STATEMENTS", default=True):
+    # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`,
+    # or HOLDPOINT_PGBOUNCER) for a connection pooler that cannot keep prepared statements
+    # (PgBouncer in transaction mode before 1.21, or without max_prepared_statements): then
+    # never, not psycopg's default of five.
+    if env.bool("HOLDPOINT_DB_PREPARED_STATEMENTS", default=not _pgbouncer):
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 2)
+    else:
+        DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _cache_url = env.str("CACHE_URL", default="")
@@ -316,6 +337,10 @@ CELERY_BEAT_SCHEDULE["purge-notification-history"] = {
     "schedule": 3600.0,
 }
 HOLDPOINT_NOTIFICATION_RETENTION_DAYS = env.int("HOLDPOINT_NOTIFICATION_RETENTION_DAYS", default=30)
+# The core's domain events (envelopes.events), once every consumer is done with them, are purged
+# hourly after HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS (read at each purge).
+CELERY_BEAT_SCHEDULE["purge-domain-events"] = {"task": "envelopes.tasks.purge_domain_events", "schedule": 3600.0}
+HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS = env.int("HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS", default=30)
 
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)

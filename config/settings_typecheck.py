@@ -6,6 +6,6 @@ must; type checking is not one, so it gets a placeholder key here. Nothing else 
 
 import os
 
-os.environ.setdefault("SECRET_KEY", "holdpoint-type-checking-only-not-a-secret")
+os.environ.setdefault("SECRET_KEY", "holdpoint-type-checking-only-not-a-secret-padded-to-fifty")
 
 from config.settings import *  # noqa: F403

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import CharField, Max, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from .models import AuditEvent, AuditSeal, Step, Team, Tool
@@ -196,42 +198,145 @@ class AuditProblem:
 
 
 def audit_verify() -> list[AuditProblem]:
-    """Recompute every chain and seal; an edited, deleted or rewritten link is a problem."""
-    problems: list[AuditProblem] = []
-    chain_heads: dict[str, dict[int, str]] = {}
-    expected_prev: dict[str, str] = {}
-    expected_seq: dict[str, int] = {}
-    events = AuditEvent.objects.order_by("chain", "seq").iterator(chunk_size=2000)
-    for event in events:
-        chain = event.chain
-        seq = expected_seq.get(chain, 1)
-        if event.seq != seq:
-            problems.append(AuditProblem(f"{chain}#{event.seq}", f"link {seq} is missing"))
-        if event.prev_hash != expected_prev.get(chain, GENESIS):
-            problems.append(AuditProblem(f"{chain}#{event.seq}", "does not follow the previous link"))
-        if _link_hash(event.prev_hash, _event_fields(event)) != event.hash:
-            problems.append(AuditProblem(f"{chain}#{event.seq}", "was altered after it was written"))
-        expected_prev[chain] = event.hash
-        expected_seq[chain] = event.seq + 1
-        chain_heads.setdefault(chain, {})[event.seq] = event.hash
+    """Recompute every chain and seal; an edited, deleted or rewritten link is a problem, and so
+    is a step row that says what its chain does not (`steps_against_chains`).
 
-    for holder_model, prefix in ((Step, "step"), (Tool, "tool")):
-        for pk, seq, head in (
-            holder_model.objects.filter(audit_seq__gt=0)
-            .values_list("pk", "audit_seq", "audit_head")
-            .iterator(chunk_size=2000)
-        ):
-            chain = f"{prefix}:{pk}"
-            if chain_heads.get(chain, {}).get(seq) != head or expected_seq.get(chain, 1) != seq + 1:
-                problems.append(AuditProblem(chain, "its head does not match its last link"))
+    Memory stays flat however long the log: links, steps and seals are read a batch at a time
+    in key order (keyset pages, so no server-side cursor is needed, as behind PgBouncer), only
+    the chain being read is remembered, and a seal's heads are looked up by (chain, seq)."""
+    return [*_links_problems(), *_tool_heads_problems(), *steps_against_chains(), *_seals_problems()]
 
-    seals_prev: dict[int, str] = {}
-    for seal in AuditSeal.objects.order_by("team_id", "seq").iterator(chunk_size=500):
-        where = f"seal team:{seal.team_id}#{seal.seq}"
-        if seal.prev_hash != seals_prev.get(seal.team_id, GENESIS) or _seal_hash(seal) != seal.hash:
-            problems.append(AuditProblem(where, "the seal chain was altered"))
-        seals_prev[seal.team_id] = seal.hash
-        for chain, (seq, link_hash) in seal.heads.items():
-            if chain_heads.get(chain, {}).get(seq) != link_hash:
-                problems.append(AuditProblem(where, f"{chain}#{seq} no longer matches its seal"))
-    return problems
+
+BATCH = 2000
+
+
+def _links_problems() -> Iterator[AuditProblem]:
+    chain, expected_prev, expected_seq = "", GENESIS, 1
+    links = AuditEvent.objects.order_by("chain", "seq")
+    page = links
+    while True:
+        batch = list(page[:BATCH])
+        for event in batch:
+            if event.chain != chain:
+                chain, expected_prev, expected_seq = event.chain, GENESIS, 1
+            if event.seq != expected_seq:
+                yield AuditProblem(f"{chain}#{event.seq}", f"link {expected_seq} is missing")
+            if event.prev_hash != expected_prev:
+                yield AuditProblem(f"{chain}#{event.seq}", "does not follow the previous link")
+            if _link_hash(event.prev_hash, _event_fields(event)) != event.hash:
+                yield AuditProblem(f"{chain}#{event.seq}", "was altered after it was written")
+            expected_prev, expected_seq = event.hash, event.seq + 1
+        if len(batch) < BATCH:
+            return
+        last = batch[-1]
+        # The chain's bound alone lets the scan of (chain, seq) start there; the rest is exact.
+        page = links.filter(chain__gte=last.chain).filter(Q(chain__gt=last.chain) | Q(seq__gt=last.seq))
+
+
+def _tool_heads_problems() -> Iterator[AuditProblem]:
+    """Each tool's head (audit_seq, audit_head) against its chain's last link (steps': in
+    steps_against_chains)."""
+    last = AuditEvent.objects.filter(chain=Concat(Value("tool:"), Cast(OuterRef("pk"), CharField()))).order_by("-seq")
+    tools = Tool.objects.order_by("pk").annotate(
+        chain_seq=Subquery(last.values("seq")[:1]), chain_hash=Subquery(last.values("hash")[:1])
+    )
+    for pk, seq, head, chain_seq, chain_hash in tools.values_list(
+        "pk", "audit_seq", "audit_head", "chain_seq", "chain_hash"
+    ).iterator(chunk_size=BATCH):
+        if (seq or chain_seq) and (seq, head) != (chain_seq, chain_hash):
+            yield AuditProblem(f"tool:{pk}", "its head does not match its last link")
+
+
+def _seals_problems() -> Iterator[AuditProblem]:
+    """Each team's seal chain, and every head a seal recorded against the link it names."""
+    seals_prev: dict[int, str] = {}  # per team
+    page = AuditSeal.objects.order_by("team_id", "seq")
+    while True:
+        batch = list(page[: SEALS_BATCH])
+        wanted: list[tuple[str, str, int, str]] = []  # (where, chain, seq, hash)
+        for seal in batch:
+            where = f"seal team:{seal.team_id}#{seal.seq}"
+            if seal.prev_hash != seals_prev.get(seal.team_id, GENESIS) or _seal_hash(seal) != seal.hash:
+                yield AuditProblem(where, "the seal chain was altered")
+            seals_prev[seal.team_id] = seal.hash
+            wanted += [(where, chain, seq, link_hash) for chain, (seq, link_hash) in seal.heads.items()]
+        for start in range(0, len(wanted), HEADS_PER_QUERY):
+            heads = wanted[start : start + HEADS_PER_QUERY]
+            match = Q(pk__in=[])
+            for _, chain, seq, _ in heads:
+                match |= Q(chain=chain, seq=seq)
+            found = {
+                (chain, seq): link_hash
+                for chain, seq, link_hash in AuditEvent.objects.filter(match).values_list("chain", "seq", "hash")
+            }
+            for where, chain, seq, link_hash in heads:
+                if found.get((chain, seq)) != link_hash:
+                    yield AuditProblem(where, f"{chain}#{seq} no longer matches its seal")
+        if len(batch) < SEALS_BATCH:
+            return
+        last = batch[-1]
+        page = (
+            AuditSeal.objects.order_by("team_id", "seq")
+            .filter(team_id__gte=last.team_id)
+            .filter(Q(team_id__gt=last.team_id) | Q(seq__gt=last.seq))
+        )
+
+
+SEALS_BATCH = 200  # a seal may record thousands of heads
+HEADS_PER_QUERY = 200  # (chain, seq) pairs looked up in one statement, through audit_unique_link
+
+
+STEPS_BATCH = 2000
+
+
+def steps_against_chains(*, batch: int = STEPS_BATCH) -> Iterator[AuditProblem]:
+    """Each step row against its own chain: a row edited behind the services' back (an UPDATE that
+    releases a held step) keeps a valid chain, so only this comparison sees it.
+
+    Every change of a step's state or reason appends a transition link carrying both (refusals
+    and decisions append links too, with the state unchanged and their own code as `reason`):
+    the state must be the `after` of the chain's last link, the reason that of its last
+    transition; and its head (audit_seq, audit_head) must be that last link. A step with no link
+    at all was not written by the services. Steps are read in key order a batch at a time
+    (keyset, so memory stays flat without a server-side cursor), each with its last link and
+    last transition found through audit_step_seq_idx: one query per batch."""
+    links = AuditEvent.objects.filter(step=OuterRef("pk")).order_by("-seq")
+    after = 0
+    while True:
+        rows = list(
+            Step.objects.filter(pk__gt=after)
+            .order_by("pk")
+            .annotate(
+                chain_seq=Subquery(links.values("seq")[:1]),
+                chain_hash=Subquery(links.values("hash")[:1]),
+                chain_state=Subquery(links.values("after")[:1]),
+                chain_reason=Subquery(links.filter(kind=AuditEvent.Kind.TRANSITION).values("reason")[:1]),
+            )
+            .values_list(
+                "pk",
+                "audit_seq",
+                "audit_head",
+                "chain_seq",
+                "chain_hash",
+                "team__slug",
+                "operation_ref",
+                "state",
+                "reason",
+                "chain_state",
+                "chain_reason",
+            )[:batch]
+        )
+        for pk, seq, head, chain_seq, chain_hash, team, ref, state, reason, chain_state, chain_reason in rows:
+            if (seq or chain_seq) and (seq, head) != (chain_seq, chain_hash):
+                yield AuditProblem(f"step:{pk}", "its head does not match its last link")
+            where = f"step:{pk} (team {team}, operation_ref {ref!r})"
+            if chain_state is None:
+                yield AuditProblem(where, f"its row says {state} ({reason}) but its chain has no link")
+            elif (state, reason) != (chain_state, chain_reason):
+                yield AuditProblem(
+                    where,
+                    f"its row says {state} ({reason}) but its chain's last link says {chain_state} ({chain_reason})",
+                )
+        if len(rows) < batch:
+            return
+        after = rows[-1][0]

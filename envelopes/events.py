@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
@@ -134,3 +136,48 @@ def event_emit(
     for consumer in _consumers:
         consumer(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
     return event.pk
+
+
+# --- retention -----------------------------------------------------------------------------------
+#
+# Every consumer subscribed today does its work in the transaction that writes the event (webhooks
+# its outbox rows, notifications its notices and watches, each with its own copy of what it needs):
+# once an event is committed, they are done with it, and nothing reads the table later. So beat
+# deletes events older than HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS (read at each purge) without
+# asking them. A consumer that reads the stream after the fact instead registers with
+# `keep_unread`, and no event from its oldest unread one on is ever deleted.
+
+_unread: list[Callable[[], int | None]] = []
+
+PURGE_BATCH = 1000
+
+
+def keep_unread(oldest_unread: Callable[[], int | None]) -> Callable[[], int | None]:
+    """Register a consumer that reads events after their transaction: `oldest_unread()` is the id
+    of the oldest event it has not processed yet (None: none). Returns it, so it can decorate."""
+    if oldest_unread not in _unread:
+        _unread.append(oldest_unread)
+    return oldest_unread
+
+
+def domain_event_purge(*, now: datetime | None = None, batch: int = PURGE_BATCH) -> int:
+    """Delete events older than the retention that no consumer still needs, a batch per
+    statement, oldest first; returns how many.
+
+    Walks the table in id order (ids grow as events are written; no index on created_at, which
+    would cost every write of an event one more index insert) and stops at the first event
+    newer than the cutoff: each batch reads at most `batch` rows beyond what it deletes."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS)
+    floors = [pk for pk in (oldest() for oldest in _unread) if pk is not None]
+    events = DomainEvent.objects.order_by("pk")
+    if floors:
+        events = events.filter(pk__lt=min(floors))
+    purged, after = 0, 0
+    while True:
+        rows = list(events.filter(pk__gt=after).values_list("pk", "created_at")[:batch])
+        old = [pk for pk, created_at in rows if created_at < cutoff]
+        if old:
+            purged += DomainEvent.objects.filter(pk__in=old).delete()[0]
+        if len(old) < len(rows) or len(rows) < batch:
+            return purged
+        after = rows[-1][0]

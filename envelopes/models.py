@@ -243,6 +243,28 @@ class Step(models.Model):
                 name="step_held_queue_idx",
                 condition=Q(state__in=sorted(s.value for s in HELD)),
             ),
+            # The dashboard's queue pages (approvals.queries.step_queue): one team's queue in the
+            # queue's order (NULLs last), read a page at a time from the index, never sorted whole.
+            models.Index(
+                fields=["team", "expires_at", "state_entered_at", "id"],
+                name="step_queue_approvals_idx",
+                condition=Q(state=State.AWAITING_APPROVAL.value),
+            ),
+            models.Index(
+                fields=["team", "deadline", "state_entered_at", "id"],
+                name="step_queue_verifications_idx",
+                condition=Q(state=State.VERIFYING.value),
+            ),
+            models.Index(
+                fields=["team", "state_entered_at", "id"],
+                name="step_queue_escalations_idx",
+                condition=Q(state=State.ESCALATED.value),
+            ),
+            models.Index(
+                fields=["team", "state_entered_at", "id"],
+                name="step_queue_waiting_idx",
+                condition=Q(state__in=[State.NEEDS_INPUT.value, State.WAITING_RETRY.value]),
+            ),
             # The timer sweep: steps whose due time has come.
             models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
             # GET /steps?tool=&state= and the tool page.

@@ -6,6 +6,7 @@ from celery import shared_task
 
 from . import services
 from .audit import audit_seal
+from .events import domain_event_purge
 from .idempotency import idempotency_purge
 from .models import Team
 from .retention import quarantine_purge
@@ -45,6 +46,13 @@ def purge_idempotency_keys() -> int:
 def purge_quarantine() -> int:
     """Beat, hourly: forget quarantined payloads past HOLDPOINT_QUARANTINE_RETENTION_DAYS."""
     return quarantine_purge()
+
+
+@shared_task
+def purge_domain_events() -> int:
+    """Beat, hourly: forget domain events past HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS that no
+    consumer still needs (envelopes.events, retention)."""
+    return domain_event_purge()
 
 
 @shared_task

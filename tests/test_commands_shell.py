@@ -39,7 +39,7 @@ def manage(*args: str, stdin: str | None = None, **env: str) -> subprocess.Compl
     """`python manage.py ARGS` in a new process and session (no terminal: getpass reads stdin)."""
     child_env = {**os.environ, "DATABASE_URL": worker.test_database_url(), "DJANGO_SETTINGS_MODULE": "config.settings"}
     child_env.pop("HOLDPOINT_PASSWORD", None)
-    child_env.setdefault("SECRET_KEY", "holdpoint-test-commands-shell-secret-key")
+    child_env.setdefault("SECRET_KEY", "holdpoint-test-commands-shell-key-not-a-secret-padded")
     child_env.update(env)
     return subprocess.run(
         [sys.executable, "manage.py", *args],

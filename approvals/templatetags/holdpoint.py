@@ -128,7 +128,7 @@ def nav_counts(context: template.Context) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"counts": None}
-    counts = queries.queue_counts(teams_of(user), timezone.now())
+    counts = queries.queue_counts(teams_of(user), timezone.now(), known=context.get("nav_counts_known"))
     return {"counts": counts, "request": request}
 
 
@@ -158,3 +158,14 @@ DECIDED = {
 @register.filter
 def decided(action: str) -> str:
     return DECIDED.get(action, str(action).replace("_", " "))
+
+
+@register.simple_tag(takes_context=True)
+def querystring_with(context: template.Context, name: str, value: str) -> str:
+    """The page's query string with `name` set to `value` ("" removes it): a queue's keyset
+    pages keep the filters and the other queues' places."""
+    params = context["request"].GET.copy()
+    params.pop(name, None)
+    if value:
+        params[name] = value
+    return f"?{params.urlencode()}" if params else "?"

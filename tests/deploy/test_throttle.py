@@ -37,7 +37,7 @@ def test_four_gunicorn_workers_together_admit_exactly_the_limit(cache_url: str) 
         "PATH": "/usr/bin:/bin",
         "DATABASE_URL": worker.test_database_url(),
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "SECRET_KEY": "throttle-test",
+        "SECRET_KEY": "throttle-test-key-not-a-secret-padded-to-fifty-characters",
         "ALLOWED_HOSTS": "127.0.0.1",
         "HOLDPOINT_HTTPS": "false",
         "HOLDPOINT_API_RATE": f"{LIMIT}/hour",

@@ -24,7 +24,9 @@ def two_steps(agent: AgentClient) -> tuple[Step, Step]:
 def append_link(step_id: int, note: str) -> AuditEvent:
     """One more link on the step's chain, as every service writes it: under the row lock."""
     step = Step.objects.select_for_update().get(pk=step_id)
-    event = audit_append(holder=step, kind=AuditEvent.Kind.REFUSAL, actor="test", reason=note)
+    event = audit_append(
+        holder=step, kind=AuditEvent.Kind.REFUSAL, actor="test", before=step.state, after=step.state, reason=note
+    )
     step.save(update_fields=["audit_seq", "audit_head"])
     return event
 
