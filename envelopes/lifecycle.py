@@ -492,6 +492,11 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
             )
             return _refuse(before, "approval_pending", after=after)
         return _refuse_mismatch(before, event, now)
+    if before.approval_lapses_at is not None and before.approval_lapses_at <= now:
+        # The approval lapsed and the sweep has not come by yet: the gate applies the lapse
+        # itself, so no attempt is granted on an approval older than its TTL.
+        after = _enter(before, State.CANCELLED, "approval_expired")
+        return _refuse(before, "step_closed", after=after, effects=("approval_expired",))
     if halted:
         return _refuse(before, "tool_halted", retry_after=before.halted_until)
     if state is State.WAITING_RETRY and before.not_before and before.not_before > now:

@@ -415,6 +415,22 @@ def test_an_unused_approval_lapses_in_whatever_state_the_step_waits(state) -> No
     assert advance(outcome.after, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
 
 
+@pytest.mark.parametrize("state", [State.RETRY_READY, State.NEEDS_INPUT, State.WAITING_RETRY])
+def test_the_gate_applies_a_lapse_the_sweep_has_not_fired_yet(state) -> None:
+    before = replace(APPROVED, state=state, reason=sorted(REASONS[state])[0], approval_lapses_at=NOW)
+    outcome = advance(before, AttemptRequested(FP_A), NOW)
+    assert (outcome.granted, outcome.refusal) == (False, "step_closed")
+    assert (outcome.after.state, outcome.after.reason, outcome.effects) == (
+        State.CANCELLED,
+        "approval_expired",
+        ("approval_expired",),
+    )
+    # A second before its lapse, the gate answers as it would have (the approved input granted,
+    # or after correct_input refused as an identical retry).
+    earlier = advance(before, AttemptRequested(FP_A), NOW - timedelta(seconds=1))
+    assert earlier.granted or earlier.refusal == "identical_retry"
+
+
 def test_a_lapse_not_due_or_without_an_approval_does_nothing() -> None:
     assert advance(APPROVED, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
     assert advance(UNDER_REVIEW, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
