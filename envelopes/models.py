@@ -257,7 +257,8 @@ class Step(models.Model):
                 name="step_held_queue_idx",
                 condition=Q(state__in=sorted(s.value for s in HELD)),
             ),
-            # The timer sweep: steps whose due time has come.
+            # The timer sweep (services.due_step_ids, step_fire_timer): steps whose due time has
+            # come, a state's timer or an approval's lapse (Snapshot.due_at, the sooner of both).
             models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
             # GET /steps?tool=&state= and the tool page.
             models.Index(fields=["team", "tool", "state"], name="step_team_tool_state_idx"),
