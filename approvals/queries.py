@@ -14,7 +14,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, TextField
-from django.db.models.functions import Cast, Left
+from django.db.models.functions import Cast, Coalesce, Left
 from django.utils.functional import cached_property
 
 from dashboard.shell import teams_of
@@ -250,10 +250,13 @@ def _queue_keys(steps: QuerySet[Step], team_ids: list[int], queue: Queue, limit:
 
 
 def _current_approvals(*, edited: bool) -> Count:
-    # Approvals given since the step entered its state (earlier rounds do not count), counted per
-    # input (contract §3): of the input under review, or the edited inputs waiting for a second
-    # reviewer (how many distinct edits).
-    current = Q(decisions__action="approve", decisions__decided_at__gte=F("state_entered_at"))
+    # Approvals given since the binding's review started (earlier rounds do not count;
+    # Step.approvals_count_since), per input (contract §3): of the input under review,
+    # or the edited inputs waiting for a second reviewer (how many distinct edits).
+    current = Q(
+        decisions__action="approve",
+        decisions__decided_at__gte=Coalesce(F("review_started_at"), F("state_entered_at")),
+    )
     if edited:
         return Count("decisions__input_fingerprint", filter=current & Q(decisions__edited=True), distinct=True)
     return Count(
@@ -527,7 +530,7 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
     edits: dict[str, list[Decision]] = {}  # an edited input's fingerprint: its approvals
     if "approve" in allowed:
         approvals = (
-            Decision.objects.filter(step=step, action="approve", decided_at__gte=step.state_entered_at)
+            Decision.objects.filter(step=step, action="approve", decided_at__gte=step.approvals_count_since)
             .select_related("reviewer")
             .order_by("decided_at", "id")
         )

@@ -109,7 +109,9 @@ def step_decide(
     `edited_input` the reviewer's own input (contract §3, §7): checked like the gate's input and
     refused when the redaction would change it (InputRefused), offered only when the proposal was
     sent and not redacted. Approvals count per fingerprint: with `required_approvals: 2` the step
-    is released when two reviewers approved the same input, and an edit starts a new count.
+    is released when two reviewers approved the same input, and an edit starts a new count. Only
+    the approval that completes the count is fed to the machine, which marks the binding approved
+    (until then it is under review, wherever the step goes: contract §3 v1.2).
     """
     _require_reviewer(actor, team)
     reason = reason.strip()
@@ -141,8 +143,11 @@ def step_decide(
                 )
             if edited_fingerprint != fingerprint:  # an "edit" that changes nothing approves the proposal
                 fingerprint, edited = edited_fingerprint, True
+        # The approvals of this input since its review started (contract §3): a round trip out of
+        # awaiting_approval and back (a malformed envelope, a permitted retry) keeps them, a new
+        # request for approval or another input starts a new count.
         earlier = Decision.objects.filter(
-            step=step, action="approve", decided_at__gte=step.state_entered_at, input_fingerprint=fingerprint
+            step=step, action="approve", decided_at__gte=step.approvals_count_since, input_fingerprint=fingerprint
         )
         if earlier.filter(reviewer=actor).exists():
             raise DecisionRefused(

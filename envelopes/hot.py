@@ -81,7 +81,7 @@ class _Context:
 @functools.cache
 def _context_sql(ingest: bool) -> str:
     """The tool, the step locked FOR UPDATE with its last envelope, whether it has decisions,
-    what its proposal reads (the latest attempt, the refused input under review:
+    what its proposal reads (the latest attempt, or the refused input the binding names:
     envelopes.proposal.proposal_of), the new rows' ids, and for an envelope whether its code is
     documented."""
     relation = Step._meta.get_field("decisions")

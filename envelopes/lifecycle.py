@@ -92,18 +92,21 @@ _AGENT_MOVES = frozenset(
 # a reviewer, a verification report, a timer, a success or a malformed envelope.
 _RELEASES = frozenset({State.RETRY_READY, State.SUCCEEDED, State.CANCELLED, State.ESCALATED})
 EDGES: dict[State, frozenset[State]] = {
-    # Not cancelled: only a held step can be cancelled, and in_progress is not held.
-    State.IN_PROGRESS: _AGENT_MOVES - {State.IN_PROGRESS},
+    # A reviewer never cancels it (only a held step can be cancelled, and in_progress is not
+    # held); the lapse of an approved binding does (a grant uses the binding up, so only a
+    # snapshot no event sequence makes holds one here).
+    State.IN_PROGRESS: (_AGENT_MOVES | {State.CANCELLED}) - {State.IN_PROGRESS},
     # A grant (changed input), an agent's move, or a reviewer's cancel (cancel-all).
     State.NEEDS_INPUT: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED}) - {State.NEEDS_INPUT},
     # The same, and its timer.
     State.WAITING_RETRY: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED, State.RETRY_READY})
     - {State.WAITING_RETRY},
-    # Not held, so never cancelled by a reviewer.
-    State.RETRY_READY: (_AGENT_MOVES | {State.IN_PROGRESS}) - {State.RETRY_READY},
-    State.VERIFYING: _RELEASES,
+    # Not held, so never cancelled by a reviewer; cancelled by its approval's lapse.
+    State.RETRY_READY: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED}) - {State.RETRY_READY},
+    # A permitted retry of an input only under review goes back to its reviewers.
+    State.VERIFYING: _RELEASES | {State.AWAITING_APPROVAL},
     State.AWAITING_APPROVAL: _RELEASES,
-    State.ESCALATED: _RELEASES - {State.ESCALATED},
+    State.ESCALATED: (_RELEASES | {State.AWAITING_APPROVAL}) - {State.ESCALATED},
     State.SUCCEEDED: frozenset(),
     State.CANCELLED: frozenset(),
     State.FAILED: frozenset(),
@@ -128,7 +131,9 @@ _RETRYING_ACTIONS = frozenset({"correct_input", "wait_and_retry"})
 # shown there but moves nothing, so an agent cannot talk its way out of a hold.
 HUMAN_HELD = frozenset({State.VERIFYING, State.AWAITING_APPROVAL, State.ESCALATED})
 
-# Reviewer acts (contract §3 and §7): state -> action -> (state, reason).
+# Reviewer acts (contract §3 and §7): state -> action -> (state, reason). A `permit_retry` of a
+# step whose binding is only under review goes to awaiting_approval (approval_pending) instead
+# (see EDGES): `_on_reviewer`.
 REVIEWER_ACTS: dict[State, dict[str, tuple[State, str]]] = {
     State.AWAITING_APPROVAL: {
         "approve": (State.RETRY_READY, "approved"),
@@ -156,6 +161,8 @@ TIMER_OF = {
     State.VERIFYING: "verification_deadline",
     State.AWAITING_APPROVAL: "approval_expired",
 }
+# The timer of an approved binding, in whatever state the step is (`Snapshot.approval_lapses_at`).
+APPROVAL_LAPSE = "approval_lapsed"
 
 
 @dataclass(frozen=True)
@@ -168,10 +175,17 @@ class Snapshot:
     max_attempts: int = 3
     last_fingerprint: str = ""
     last_attempt_reported: bool = True
-    # In awaiting_approval: the input an approval would bind (the attempt that asked for it).
-    # After the approval: the only input the gate grants, in whatever state the step is moved
-    # to, until a granted attempt uses it (contract §3).
+    # The input an approval binds (the attempt that asked for it; "" when none: nothing is
+    # bound), kept in whatever state the step is moved to until a granted attempt uses it or the
+    # step closes (contract §3). Its standing is one of two, never both, whatever the state:
+    # - under review since `review_started_at` (the step asked for approval): the quorum counts
+    #   the approvals given since then (approvals.services), and the gate grants nothing;
+    # - approved at `approved_at` (the approval that completed the quorum): the gate grants that
+    #   input only, until `approval_lapses_at` (approved_at + the tool's approval_ttl_s).
     approval_fingerprint: str = ""
+    review_started_at: datetime | None = None
+    approved_at: datetime | None = None
+    approval_lapses_at: datetime | None = None
     not_before: datetime | None = None
     trusted_after: datetime | None = None
     deadline: datetime | None = None
@@ -179,13 +193,36 @@ class Snapshot:
     halted_until: datetime | None = None
 
     @property
-    def due_at(self) -> datetime | None:
-        """When this step's timer fires, if its state waits on one."""
+    def under_review(self) -> bool:
+        """The step asked for approval and the quorum has not approved yet. A binding with
+        neither standing (none is written so) counts as under review: never as approved."""
+        return self.approved_at is None and (self.review_started_at is not None or bool(self.approval_fingerprint))
+
+    @property
+    def state_due_at(self) -> datetime | None:
+        """When the timer of this step's state fires, if its state waits on one."""
         return {
             State.WAITING_RETRY: self.not_before,
             State.VERIFYING: self.deadline,
             State.AWAITING_APPROVAL: self.expires_at,
         }.get(self.state)  # type: ignore[arg-type]
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When this step's next timer fires: its state's, or its approval's lapse if sooner
+        (both may be pending: a retry window, say, and the approval it will use)."""
+        due = [at for at in (self.state_due_at, self.approval_lapses_at) if at is not None]
+        return min(due) if due else None
+
+    def due_timer(self, now: datetime) -> str | None:
+        """The timer the sweep fires now (None: none is due). The lapse first: an expired
+        approval cancels, whatever else was due (expiry never guesses towards a write)."""
+        if self.approval_lapses_at is not None and self.approval_lapses_at <= now:
+            return APPROVAL_LAPSE
+        due = self.state_due_at
+        if due is not None and due <= now:
+            return TIMER_OF[self.state]  # type: ignore[index]
+        return None
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -225,7 +262,7 @@ class VerificationReported:
 
 @dataclass(frozen=True)
 class TimerFired:
-    timer: str  # retry_due | verification_deadline | approval_expired
+    timer: str  # retry_due | verification_deadline | approval_expired | approval_lapsed
 
 
 @dataclass(frozen=True)
@@ -234,6 +271,8 @@ class ReviewerActed:
     # An approval of an edited input binds that input's fingerprint instead of the one under
     # review (contract §3); None: the approval binds what the step holds.
     fingerprint: str | None = None
+    # The tool's, for the approval's lapse and a fresh expiry when the step goes back to review.
+    approval_ttl_s: int = 86400
 
 
 Event = EnvelopeArrived | EnvelopeRejected | AttemptRequested | VerificationReported | TimerFired | ReviewerActed
@@ -278,6 +317,24 @@ def directive(snapshot: Snapshot, *, reason: str = "", not_before: datetime | No
     }
 
 
+_NO_BINDING: dict[str, Any] = {
+    "approval_fingerprint": "",
+    "review_started_at": None,
+    "approved_at": None,
+    "approval_lapses_at": None,
+}
+
+
+def _under_review(fingerprint: str, since: datetime) -> dict[str, Any]:
+    """A binding under review since `since` (no longer approved, if it was)."""
+    return {
+        "approval_fingerprint": fingerprint,
+        "review_started_at": since,
+        "approved_at": None,
+        "approval_lapses_at": None,
+    }
+
+
 def _enter(before: Snapshot, state: State, reason: str, **changes) -> Snapshot:
     """The snapshot after entering `state`: timers of the old state are cleared."""
     base: dict[str, Any] = {
@@ -289,7 +346,7 @@ def _enter(before: Snapshot, state: State, reason: str, **changes) -> Snapshot:
     if state in TERMINAL:
         # A closed step runs nothing: its binding has nothing left to bind. Every other move
         # keeps it (contract §3: it lasts until a granted attempt uses it).
-        base["approval_fingerprint"] = ""
+        base.update(_NO_BINDING)
     base.update(changes)
     return replace(before, state=state, reason=reason, **base)
 
@@ -316,7 +373,7 @@ def advance(before: Snapshot, event: Event, now: datetime) -> Outcome:
     if isinstance(event, TimerFired):
         return _on_timer(before, event, now)
     if isinstance(event, ReviewerActed):
-        return _on_reviewer(before, event)
+        return _on_reviewer(before, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -348,9 +405,11 @@ def _on_envelope(before: Snapshot, event: EnvelopeArrived, now: datetime) -> Out
     elif state is State.AWAITING_APPROVAL:
         changes["expires_at"] = now + timedelta(seconds=event.approval_ttl_s)
         # Approval is bound to the input of the attempt that asked for it, if any; an approval
-        # not yet used stays the input under review (the agent has run nothing since).
-        if not before.approval_fingerprint:
-            changes["approval_fingerprint"] = before.last_fingerprint if before.attempts else ""
+        # not yet used stays the input under review (the agent has run nothing since). A new
+        # request is a new review: the quorum counts from now, and an approval given before
+        # releases nothing any more.
+        binding = before.approval_fingerprint or (before.last_fingerprint if before.attempts else "")
+        changes |= _under_review(binding, now)
     after = _enter(reported, state, reason, **changes)
     if after == before:
         return _unchanged(before)
@@ -384,7 +443,7 @@ def _grant(before: Snapshot, fingerprint: str) -> Outcome:
         attempts=before.attempts + 1,
         last_fingerprint=fingerprint,
         last_attempt_reported=False,
-        approval_fingerprint="",  # the one thing that uses up an approval
+        **_NO_BINDING,  # the one thing that uses up an approval
     )
     return Outcome(after=after, changed=True, granted=True)
 
@@ -419,6 +478,25 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
         return _refuse(before, "escalated")
     if state is State.AWAITING_APPROVAL:
         return _refuse(before, "approval_pending")
+    if before.under_review:
+        # Only the quorum releases an input under review (contract §3 v1.2): back to its
+        # reviewers, with a fresh expiry. The same input keeps its count (approvals count per
+        # fingerprint since the review started); another one is a new review (below).
+        if not before.approval_fingerprint or event.fingerprint == before.approval_fingerprint:
+            after = _enter(
+                before,
+                State.AWAITING_APPROVAL,
+                "approval_pending",
+                expires_at=now + timedelta(seconds=event.approval_ttl_s),
+                **_under_review(before.approval_fingerprint, before.review_started_at or now),
+            )
+            return _refuse(before, "approval_pending", after=after)
+        return _refuse_mismatch(before, event, now)
+    if before.approval_lapses_at is not None and before.approval_lapses_at <= now:
+        # The approval lapsed and the sweep has not come by yet: the gate applies the lapse
+        # itself, so no attempt is granted on an approval older than its TTL.
+        after = _enter(before, State.CANCELLED, "approval_expired")
+        return _refuse(before, "step_closed", after=after, effects=("approval_expired",))
     if halted:
         return _refuse(before, "tool_halted", retry_after=before.halted_until)
     if state is State.WAITING_RETRY and before.not_before and before.not_before > now:
@@ -429,21 +507,25 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
             directive_not_before=before.not_before,
         )
     if before.approval_fingerprint and event.fingerprint != before.approval_fingerprint:
-        # An approval not yet used binds whatever the step went through since (needs_input,
-        # waiting_retry, a verification...): another input goes back to a reviewer, and the
-        # input that asked is the one the next approval binds.
-        after = _enter(
-            before,
-            State.AWAITING_APPROVAL,
-            "approval_mismatch",
-            expires_at=now + timedelta(seconds=event.approval_ttl_s),
-            approval_fingerprint=event.fingerprint,
-        )
-        return _refuse(before, "approval_mismatch", after=after)
+        return _refuse_mismatch(before, event, now)
     if state is State.NEEDS_INPUT and before.attempts and event.fingerprint == before.last_fingerprint:
         return _refuse(before, "identical_retry")
     # in_progress (reported), needs_input (changed input), retry_ready, waiting_retry past due.
     return _grant(before, event.fingerprint)
+
+
+def _refuse_mismatch(before: Snapshot, event: AttemptRequested, now: datetime) -> Outcome:
+    """An approval not yet used binds whatever the step went through since (needs_input,
+    waiting_retry, a verification...): another input goes back to a reviewer, and the input that
+    asked is the one the next approval binds, a new review counted from now."""
+    after = _enter(
+        before,
+        State.AWAITING_APPROVAL,
+        "approval_mismatch",
+        expires_at=now + timedelta(seconds=event.approval_ttl_s),
+        **_under_review(event.fingerprint, now),
+    )
+    return _refuse(before, "approval_mismatch", after=after)
 
 
 def _on_verification(before: Snapshot, event: VerificationReported, now: datetime) -> Outcome:
@@ -470,9 +552,15 @@ def _resolved_by_verification(before: Snapshot) -> tuple[str, ...]:
 
 def _on_timer(before: Snapshot, event: TimerFired, now: datetime) -> Outcome:
     state = before.state
+    if event.timer == APPROVAL_LAPSE:
+        lapses = before.approval_lapses_at
+        if state is None or state in TERMINAL or lapses is None or lapses > now:
+            return _unchanged(before, ignored=True)
+        after = _enter(before, State.CANCELLED, "approval_expired")
+        return _moved(before, after, effects=("approval_expired",))
     if state is None or TIMER_OF.get(state) != event.timer:
         return _unchanged(before, ignored=True)
-    due = before.due_at
+    due = before.state_due_at
     if due is None or due > now:
         return _unchanged(before, ignored=True)
     if state is State.WAITING_RETRY:
@@ -483,16 +571,35 @@ def _on_timer(before: Snapshot, event: TimerFired, now: datetime) -> Outcome:
     return _moved(before, after, effects=("approval_expired",))
 
 
-def _on_reviewer(before: Snapshot, event: ReviewerActed) -> Outcome:
+def _on_reviewer(before: Snapshot, event: ReviewerActed, now: datetime) -> Outcome:
     acts = REVIEWER_ACTS.get(before.state, {})  # type: ignore[arg-type]
     if event.action not in acts:
         return _unchanged(before, ignored=True)
     state, reason = acts[event.action]
+    if event.action == "permit_retry" and before.under_review:
+        # A retry of an input only under review is the quorum's to permit (contract §3 v1.2):
+        # back to awaiting_approval, its count going on, with a fresh expiry.
+        after = _enter(
+            before,
+            State.AWAITING_APPROVAL,
+            "approval_pending",
+            expires_at=now + timedelta(seconds=event.approval_ttl_s),
+            **_under_review(before.approval_fingerprint, before.review_started_at or now),
+        )
+        return _moved(before, after)
     after = _enter(before, state, reason)
     if state is State.RETRY_READY:
         after = replace(after, last_attempt_reported=True)
-    if event.action == "approve" and event.fingerprint is not None:
-        after = replace(after, approval_fingerprint=event.fingerprint)
+    if event.action == "approve":
+        # The act the services feed only once the quorum is complete: the binding is approved.
+        binding = before.approval_fingerprint if event.fingerprint is None else event.fingerprint
+        after = replace(
+            after,
+            approval_fingerprint=binding,
+            review_started_at=None,
+            approved_at=now,
+            approval_lapses_at=now + timedelta(seconds=event.approval_ttl_s),
+        )
     return _moved(before, after)
 
 

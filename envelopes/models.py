@@ -215,11 +215,17 @@ class Step(models.Model):
     last_fingerprint = models.CharField(max_length=64, blank=True)
     last_attempt_reported = models.BooleanField(default=True)
     approval_fingerprint = models.CharField(max_length=64, blank=True)
+    # The binding's standing (lifecycle.Snapshot): under review since review_started_at (the
+    # quorum counts approvals from then), or approved at approved_at until approval_lapses_at.
+    review_started_at = models.DateTimeField(null=True, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approval_lapses_at = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(null=True, blank=True)
     trusted_after = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    # The next timer of the current state (not_before, deadline or expiry), swept by beat.
+    # The next timer: the current state's (not_before, deadline or expiry), or the approval's
+    # lapse if sooner; swept by beat (Snapshot.due_at).
     due_at = models.DateTimeField(null=True, blank=True)
     state_entered_at = models.DateTimeField(default=timezone.now)
     last_envelope = models.ForeignKey("Envelope", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -235,6 +241,17 @@ class Step(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["team", "operation_ref"], name="step_unique_operation_ref_per_team"),
             models.CheckConstraint(condition=Q(state__in=[s.value for s in State]), name="step_state_valid"),
+            # Under review is not approved (contract §3): a binding is one or the other, and an
+            # approval always has its lapse.
+            models.CheckConstraint(
+                condition=Q(review_started_at__isnull=True) | Q(approved_at__isnull=True),
+                name="step_binding_under_review_or_approved",
+            ),
+            models.CheckConstraint(
+                condition=Q(approved_at__isnull=True, approval_lapses_at__isnull=True)
+                | Q(approved_at__isnull=False, approval_lapses_at__isnull=False),
+                name="step_approval_lapses",
+            ),
         ]
         indexes = [
             # The review queues: held steps of a team by state, oldest first.
@@ -265,7 +282,8 @@ class Step(models.Model):
                 name="step_queue_waiting_idx",
                 condition=Q(state__in=[State.NEEDS_INPUT.value, State.WAITING_RETRY.value]),
             ),
-            # The timer sweep: steps whose due time has come.
+            # The timer sweep (services.due_step_ids, step_fire_timer): steps whose due time has
+            # come, a state's timer or an approval's lapse (Snapshot.due_at, the sooner of both).
             models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
             # GET /steps?tool=&state= and the tool page.
             models.Index(fields=["team", "tool", "state"], name="step_team_tool_state_idx"),
@@ -287,6 +305,12 @@ class Step(models.Model):
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
+    @property
+    def approvals_count_since(self) -> datetime:
+        """Since when approvals of its binding count towards the quorum: the binding's review
+        (every step in awaiting_approval has one), else the state's entry, the narrower window."""
+        return self.review_started_at or self.state_entered_at
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             state=State(self.state),
@@ -296,6 +320,9 @@ class Step(models.Model):
             last_fingerprint=self.last_fingerprint,
             last_attempt_reported=self.last_attempt_reported,
             approval_fingerprint=self.approval_fingerprint,
+            review_started_at=self.review_started_at,
+            approved_at=self.approved_at,
+            approval_lapses_at=self.approval_lapses_at,
             not_before=self.not_before,
             trusted_after=self.trusted_after,
             deadline=self.deadline,

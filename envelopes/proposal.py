@@ -331,7 +331,7 @@ def proposal_of(step: Step) -> Proposal | None:
 
     attempt = refused = None
     if step.last_fingerprint:  # set by every grant; a step never granted has no proposal
-        if under_review_elsewhere(step):
+        if bound_elsewhere(step):
             refused = (
                 ProposedInput.objects.filter(step_id=step.pk, fingerprint=step.approval_fingerprint)
                 .order_by("-id")
@@ -344,18 +344,19 @@ def proposal_of(step: Step) -> Proposal | None:
     return proposal
 
 
-def under_review_elsewhere(step: Step) -> bool:
-    """The binding names an input other than the latest granted attempt's."""
+def bound_elsewhere(step: Step) -> bool:
+    """The binding names an input other than the latest granted attempt's, whatever its
+    standing (under review or approved, lifecycle.Snapshot): the proposal is the bound input."""
     return bool(step.approval_fingerprint) and step.approval_fingerprint != step.last_fingerprint
 
 
 def proposal_from_rows(step: Step, *, attempt: Any | None, refused: Any | None) -> Proposal | None:
     """The rule of `proposal_of`, given the rows it reads (a caller that read them itself, as the
-    hot path does): `attempt`, the step's latest Attempt (needed unless `under_review_elsewhere`),
+    hot path does): `attempt`, the step's latest Attempt (needed unless `bound_elsewhere`),
     and `refused`, its latest ProposedInput with the binding's fingerprint (needed if so)."""
     if not step.last_fingerprint:
         return None
-    if under_review_elsewhere(step):
+    if bound_elsewhere(step):
         return _from_refused(refused) if refused is not None else _edited_under_review(step)
     return _from_attempt(attempt) if attempt is not None else None
 
@@ -374,7 +375,7 @@ def proposals_load(steps: Iterable[Step]) -> None:
             proposal_remember(step, None)
     if not tried:
         return
-    under_review = {step.pk: step.approval_fingerprint for step in tried if under_review_elsewhere(step)}
+    under_review = {step.pk: step.approval_fingerprint for step in tried if bound_elsewhere(step)}
     refused: dict[int, Any] = {}
     if under_review:
         for row in ProposedInput.objects.filter(step_id__in=under_review).order_by("id"):

@@ -27,7 +27,6 @@ from .errors import (
     ToolNotFound,
 )
 from .events import event_emit
-from .lifecycle import State
 from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Team, Tool
 from .presenters import rfc3339, step_representation
 from .proposal import AcceptedInput, Proposal, input_accept, proposal_remember
@@ -605,9 +604,12 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
         )
         if step is None:
             return False  # not due, gone, or another sweeper has it
-        timer = lifecycle.TIMER_OF.get(State(step.state))
+        # One timer per call: the approval's lapse first, else the state's (Snapshot.due_timer).
+        # After it, due_at is the other one's time, for a later sweep.
+        snapshot = step.snapshot()
+        timer = snapshot.due_timer(now)
         if timer is None:
-            step.due_at = None
+            step.due_at = snapshot.due_at  # a stale column: what the step waits on now, if anything
             step.save(update_fields=["due_at"])
             return False
         applied = apply_event(
@@ -686,7 +688,9 @@ def step_decision_apply(
         return False
     applied = apply_event(
         step=step,
-        event=lifecycle.ReviewerActed(action=action, fingerprint=fingerprint if edited else None),
+        event=lifecycle.ReviewerActed(
+            action=action, fingerprint=fingerprint if edited else None, approval_ttl_s=step.tool.approval_ttl_s
+        ),
         actor=actor,
         cause="decision",
         now=now,

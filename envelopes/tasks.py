@@ -14,9 +14,9 @@ from .retention import quarantine_purge
 
 @shared_task
 def sweep_due_steps() -> int:
-    """Beat's sweep: fire every due timer (retry windows, verification deadlines, expiries)
-    and close elapsed circuits. Each step is claimed with SKIP LOCKED, so sweepers never
-    fire one timer twice."""
+    """Beat's sweep: fire every due timer (retry windows, verification deadlines, expiries,
+    approvals' lapses: one per step per call, the next one later) and close elapsed circuits.
+    Each step is claimed with SKIP LOCKED, so sweepers never fire one timer twice."""
     fired = 0
     while True:
         due = services.due_step_ids(limit=500)

@@ -121,6 +121,9 @@ def copy_snapshot(step: Step, after: Snapshot) -> None:
     step.last_fingerprint = after.last_fingerprint
     step.last_attempt_reported = after.last_attempt_reported
     step.approval_fingerprint = after.approval_fingerprint
+    step.review_started_at = after.review_started_at
+    step.approved_at = after.approved_at
+    step.approval_lapses_at = after.approval_lapses_at
     step.not_before = after.not_before
     step.trusted_after = after.trusted_after
     step.deadline = after.deadline

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from approvals.services import DecisionRefused, step_decide
@@ -122,4 +123,47 @@ def test_an_expiry_racing_an_approval_yields_one_transition(team, make_reviewer)
     assert transitions.count() == 1
     assert (step.state, step.reason) in {("retry_ready", "approved"), ("cancelled", "approval_expired")}
     assert (results[0] == "approved") == (step.reason == "approved")
+    assert audit_verify() == []
+
+
+def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outcome(team, make_reviewer) -> None:
+    """The sweep cancels a lapsed approval while the agent asks the gate with the approved input:
+    one transition, and never both a grant and a cancellation."""
+    reviewer = make_reviewer()
+    fp = fingerprint("refund 120")
+    asked_at = timezone.now() - timedelta(days=3)
+    services.attempt_request(
+        team=team, operation_ref="race/lapse", tool_name="create_invoice", fingerprint=fp, now=asked_at
+    )
+    body = error_envelope(
+        tool="create_invoice",
+        operation_ref="race/lapse",
+        code="MISSING_APPROVAL",
+        category="authorization",
+        retry={"directive": "never", "max_attempts_remaining": 0},
+        next_action="request_approval",
+    )
+    services.envelope_ingest(team=team, payload=body, dialect="canonical", raw_body=json.dumps(body).encode())
+    step = Step.objects.get(operation_ref="race/lapse")
+    step_decide(team=team, step_id=step.pk, actor=reviewer, action="approve", reason="ok")
+    # Approved two days ago: its lapse (the default approval_ttl_s, a day) has passed.
+    Step.objects.filter(pk=step.pk).update(
+        approved_at=F("approved_at") - timedelta(days=2),
+        approval_lapses_at=F("approval_lapses_at") - timedelta(days=2),
+        due_at=F("approval_lapses_at") - timedelta(days=2),
+    )
+
+    def ask() -> str:
+        try:
+            services.attempt_request(team=team, operation_ref="race/lapse", tool_name="create_invoice", fingerprint=fp)
+        except services.AttemptRefused as refused:
+            return refused.code
+        return "granted"
+
+    results = run_together([ask, lambda: services.step_fire_timer(step_id=step.pk)])
+    step.refresh_from_db()
+    assert (step.state, step.reason, step.attempts) == ("cancelled", "approval_expired", 1)
+    assert results[0] == "step_closed"
+    lapses = AuditEvent.objects.filter(step=step, kind="transition", reason="approval_expired")
+    assert lapses.count() == 1
     assert audit_verify() == []

@@ -228,7 +228,14 @@ def test_an_approval_of_an_edited_input_binds_its_fingerprint_only() -> None:
     assert (rejected.state, rejected.approval_fingerprint) == (State.CANCELLED, "")
 
 
-APPROVED = at(State.RETRY_READY, reason="approved", approval_fingerprint=FP_A, last_fingerprint=FP_A)
+APPROVED = at(
+    State.RETRY_READY,
+    reason="approved",
+    approval_fingerprint=FP_A,
+    last_fingerprint=FP_A,
+    approved_at=NOW - timedelta(minutes=1),
+    approval_lapses_at=NOW + timedelta(days=1),
+)
 
 # Every way an agent (or a timer, or a report) can move an approved step before it runs anything,
 # and what brings the step back to where the gate would grant again.
@@ -275,7 +282,174 @@ def test_request_approval_keeps_an_unused_approval_as_the_input_under_review() -
     "event", [EnvelopeArrived(ok=True, commit_state="committed"), error("abort", max_attempts_remaining=0)]
 )
 def test_a_closed_step_keeps_no_binding(event) -> None:
-    assert advance(APPROVED, event, NOW).after.approval_fingerprint == ""
+    after = advance(APPROVED, event, NOW).after
+    assert (after.approval_fingerprint, after.approved_at, after.approval_lapses_at) == ("", None, None)
+    under_review = advance(replace(UNDER_REVIEW, state=State.NEEDS_INPUT), event, NOW).after
+    assert (under_review.state in TERMINAL, under_review.approval_fingerprint, under_review.review_started_at) == (
+        True,
+        "",
+        None,
+    )
+
+
+# --- under review is not approved (contract §3 v1.2) -----------------------------------------
+
+REVIEW_START = NOW - timedelta(hours=1)
+# Asked for approval an hour ago, one approval of two given, then a malformed envelope.
+UNDER_REVIEW = at(
+    State.ESCALATED, reason="malformed_envelope", approval_fingerprint=FP_A, review_started_at=REVIEW_START
+)
+
+
+def test_request_approval_puts_the_binding_under_review_from_now() -> None:
+    after = advance(at(State.IN_PROGRESS, last_fingerprint=FP_A), error("request_approval"), NOW).after
+    assert (after.review_started_at, after.approved_at, after.approval_lapses_at) == (NOW, None, None)
+    assert after.under_review
+    # A new request for an approved binding is a new review: the approval releases nothing now.
+    again = advance(APPROVED, error("request_approval", max_attempts_remaining=0), NOW).after
+    assert (again.state, again.approval_fingerprint, again.review_started_at, again.approved_at) == (
+        State.AWAITING_APPROVAL,
+        FP_A,
+        NOW,
+        None,
+    )
+
+
+def test_the_approval_that_completes_the_quorum_approves_the_binding_until_its_lapse() -> None:
+    held = advance(at(State.IN_PROGRESS, last_fingerprint=FP_A), error("request_approval"), NOW).after
+    approved = advance(held, ReviewerActed("approve", approval_ttl_s=600), LATER).after
+    assert (approved.state, approved.approval_fingerprint) == (State.RETRY_READY, FP_A)
+    assert (approved.review_started_at, approved.approved_at) == (None, LATER)
+    assert approved.approval_lapses_at == LATER + timedelta(seconds=600)
+    assert approved.due_at == approved.approval_lapses_at
+    assert not approved.under_review
+
+
+def test_a_malformed_envelope_keeps_the_binding_under_review() -> None:
+    held = at(State.AWAITING_APPROVAL, approval_fingerprint=FP_A, review_started_at=REVIEW_START)
+    after = advance(held, EnvelopeRejected(), NOW).after
+    assert (after.state, after.reason) == (State.ESCALATED, "malformed_envelope")
+    assert (after.approval_fingerprint, after.review_started_at, after.approved_at) == (FP_A, REVIEW_START, None)
+
+
+@pytest.mark.parametrize("state", [State.ESCALATED, State.VERIFYING])
+@pytest.mark.parametrize("fingerprint", [FP_A, ""])
+def test_a_permitted_retry_of_an_input_under_review_goes_back_to_its_reviewers(state, fingerprint) -> None:
+    before = replace(UNDER_REVIEW, state=state, approval_fingerprint=fingerprint)
+    outcome = advance(before, ReviewerActed("permit_retry", approval_ttl_s=600), NOW)
+    after = outcome.after
+    assert (after.state, after.reason) == (State.AWAITING_APPROVAL, "approval_pending")
+    assert outcome.changed
+    # The same review: the approvals given since it started still count; a fresh expiry.
+    assert (after.approval_fingerprint, after.review_started_at) == (fingerprint, REVIEW_START)
+    assert after.expires_at == after.due_at == NOW + timedelta(seconds=600)
+    assert advance(after, AttemptRequested(FP_A), NOW).refusal == "approval_pending"
+
+
+def test_resolving_or_cancelling_a_step_under_review_closes_it() -> None:
+    # "resolve" releases no write: Mark committed closes the step, as Cancel step does.
+    committed = advance(UNDER_REVIEW, ReviewerActed("mark_committed"), NOW).after
+    assert (committed.state, committed.reason, committed.review_started_at) == (
+        State.SUCCEEDED,
+        "resolved_committed",
+        None,
+    )
+    cancelled = advance(UNDER_REVIEW, ReviewerActed("cancel"), NOW).after
+    assert (cancelled.state, cancelled.approval_fingerprint) == (State.CANCELLED, "")
+
+
+def test_a_permitted_retry_of_an_approved_binding_is_a_retry() -> None:
+    escalated = advance(APPROVED, EnvelopeRejected(), NOW).after
+    after = advance(escalated, ReviewerActed("permit_retry"), NOW).after
+    assert (after.state, after.reason) == (State.RETRY_READY, "retry_permitted")
+    assert (after.approved_at, after.approval_lapses_at) == (APPROVED.approved_at, APPROVED.approval_lapses_at)
+    assert advance(after, AttemptRequested(FP_A), NOW).granted
+
+
+@pytest.mark.parametrize("state", AGENT_SIDE[1:])
+def test_the_gate_sends_an_input_under_review_back_to_review_wherever_the_agent_holds_it(state) -> None:
+    before = replace(UNDER_REVIEW, state=state, reason=sorted(REASONS[state])[0], not_before=NOW)
+    same = advance(before, AttemptRequested(FP_A, approval_ttl_s=600), NOW)
+    assert (same.refusal, same.granted) == ("approval_pending", False)
+    assert (same.after.state, same.after.reason) == (State.AWAITING_APPROVAL, "approval_pending")
+    assert (same.after.review_started_at, same.after.expires_at) == (REVIEW_START, NOW + timedelta(seconds=600))
+    other = advance(before, AttemptRequested(FP_B), NOW)
+    assert (other.refusal, other.after.reason) == ("approval_mismatch", "approval_mismatch")
+    # Another input is a new review, counted from now.
+    assert (other.after.approval_fingerprint, other.after.review_started_at) == (FP_B, NOW)
+    # Nothing bound (no fingerprinted attempt asked), still under review: nothing is granted.
+    unbound = advance(replace(before, approval_fingerprint=""), AttemptRequested(FP_B), NOW)
+    assert (unbound.refusal, unbound.after.state) == ("approval_pending", State.AWAITING_APPROVAL)
+
+
+def test_a_binding_with_no_standing_is_never_taken_for_approved() -> None:
+    legacy = at(State.RETRY_READY, approval_fingerprint=FP_A)
+    assert legacy.under_review
+    outcome = advance(legacy, AttemptRequested(FP_A), NOW)
+    assert (outcome.refusal, outcome.after.review_started_at) == ("approval_pending", NOW)
+
+
+def test_the_reported_bypass_ends_in_awaiting_approval_not_a_grant() -> None:
+    # Issue 23: one approval of two, a malformed envelope, Permit retry, the held input asked.
+    held = advance(at(State.IN_PROGRESS, last_fingerprint=FP_A), error("request_approval"), REVIEW_START).after
+    escalated = advance(held, EnvelopeRejected(), NOW).after
+    permitted = advance(escalated, ReviewerActed("permit_retry"), NOW).after
+    outcome = advance(permitted, AttemptRequested(FP_A), NOW)
+    assert not outcome.granted
+    assert (outcome.after.state, outcome.refusal) == (State.AWAITING_APPROVAL, "approval_pending")
+
+
+# --- an approval's lapse ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [s for s in LIVE if s is not State.AWAITING_APPROVAL])
+def test_an_unused_approval_lapses_in_whatever_state_the_step_waits(state) -> None:
+    before = replace(APPROVED, state=state, reason=sorted(REASONS[state])[0], approval_lapses_at=NOW)
+    assert before.due_at == NOW or (before.state_due_at or NOW) < NOW
+    assert before.due_timer(NOW) == lifecycle.APPROVAL_LAPSE
+    outcome = advance(before, TimerFired(lifecycle.APPROVAL_LAPSE), NOW)
+    assert (outcome.after.state, outcome.after.reason) == (State.CANCELLED, "approval_expired")
+    assert outcome.effects == ("approval_expired",)
+    assert (outcome.after.approval_fingerprint, outcome.after.approved_at, outcome.after.due_at) == ("", None, None)
+    # Fired once: again, it is a closed step's stale timer.
+    assert advance(outcome.after, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
+
+
+@pytest.mark.parametrize("state", [State.RETRY_READY, State.NEEDS_INPUT, State.WAITING_RETRY])
+def test_the_gate_applies_a_lapse_the_sweep_has_not_fired_yet(state) -> None:
+    before = replace(APPROVED, state=state, reason=sorted(REASONS[state])[0], approval_lapses_at=NOW)
+    outcome = advance(before, AttemptRequested(FP_A), NOW)
+    assert (outcome.granted, outcome.refusal) == (False, "step_closed")
+    assert (outcome.after.state, outcome.after.reason, outcome.effects) == (
+        State.CANCELLED,
+        "approval_expired",
+        ("approval_expired",),
+    )
+    # A second before its lapse, the gate answers as it would have (the approved input granted,
+    # or after correct_input refused as an identical retry).
+    earlier = advance(before, AttemptRequested(FP_A), NOW - timedelta(seconds=1))
+    assert earlier.granted or earlier.refusal == "identical_retry"
+
+
+def test_a_lapse_not_due_or_without_an_approval_does_nothing() -> None:
+    assert advance(APPROVED, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
+    assert advance(UNDER_REVIEW, TimerFired(lifecycle.APPROVAL_LAPSE), NOW).ignored
+    assert APPROVED.due_timer(NOW) is None
+
+
+def test_a_retry_window_and_an_approval_lapse_are_both_timed() -> None:
+    waiting = advance(APPROVED, error("wait_and_retry", not_before=NOW + timedelta(minutes=5)), NOW).after
+    assert waiting.due_at == NOW + timedelta(minutes=5)  # the sooner of the two
+    at_window = NOW + timedelta(minutes=5)
+    assert waiting.due_timer(at_window) == "retry_due"
+    ready = advance(waiting, TimerFired("retry_due"), at_window).after
+    assert (ready.state, ready.due_at) == (State.RETRY_READY, APPROVED.approval_lapses_at)
+    # Both due at once: the lapse wins (an expired approval cancels; expiry never guesses a write).
+    both = replace(waiting, approval_lapses_at=at_window)
+    assert both.due_timer(at_window) == lifecycle.APPROVAL_LAPSE
+    # A granted attempt uses the approval: nothing left to lapse.
+    granted = advance(ready, AttemptRequested(FP_A), at_window).after
+    assert (granted.approved_at, granted.approval_lapses_at, granted.due_at) == (None, None, None)
 
 
 @pytest.mark.parametrize("state", [State.RETRY_READY, State.NEEDS_INPUT, State.WAITING_RETRY])
@@ -411,7 +585,9 @@ events = st.one_of(
     st.just(EnvelopeRejected()),
     st.builds(AttemptRequested, fingerprint=st.sampled_from([FP_A, FP_B])),
     st.builds(VerificationReported, outcome=st.sampled_from(["committed", "not_found", "unavailable"])),
-    st.builds(TimerFired, timer=st.sampled_from(["retry_due", "verification_deadline", "approval_expired"])),
+    st.builds(
+        TimerFired, timer=st.sampled_from(["retry_due", "verification_deadline", "approval_expired", "approval_lapsed"])
+    ),
     st.builds(ReviewerActed, action=st.sampled_from(["approve", "reject", "mark_committed", "permit_retry", "cancel"])),
 )
 
@@ -420,7 +596,7 @@ events = st.one_of(
 @given(
     st.lists(st.tuples(events, st.integers(0, 7200)), min_size=1, max_size=25),
     st.integers(1, 4),
-    st.sampled_from([Snapshot(), APPROVED]),  # a new step, an approved one
+    st.sampled_from([Snapshot(), APPROVED, UNDER_REVIEW]),  # a new step, an approved one, one under review
 )
 def test_random_event_sequences_keep_every_invariant(sequence, max_attempts, start) -> None:
     snapshot = replace(start, max_attempts=max_attempts)
@@ -448,6 +624,13 @@ def test_random_event_sequences_keep_every_invariant(sequence, max_attempts, sta
             # An approval binds its input: nothing else is ever granted while it is unused.
             assert snapshot.approval_fingerprint in ("", event.fingerprint)
             assert after.approval_fingerprint == ""
+            # ... and nothing under review is ever granted (contract §3 v1.2).
+            assert not snapshot.under_review
+        assert after.review_started_at is None or after.approved_at is None
+        assert (after.approved_at is None) == (after.approval_lapses_at is None)
+        if after.approved_at is not None and after.approved_at != snapshot.approved_at:
+            # Only the act the services feed once the quorum is complete approves.
+            assert isinstance(event, ReviewerActed) and event.action == "approve"
         if after.approval_fingerprint != snapshot.approval_fingerprint:
             # Only a grant uses a binding up, only a closed step drops it, and only a new
             # request for approval names another input.

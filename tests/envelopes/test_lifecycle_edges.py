@@ -37,16 +37,24 @@ NEXT_ACTIONS = ("correct_input", "wait_and_retry", "verify_operation", "request_
 def snapshots() -> Iterator[Snapshot]:
     """Every state and reason, with each field a rule reads on either side of its threshold."""
     for state in [None, *State]:
-        for reason, attempts, reported, approval, timing, halted in itertools.product(
+        for reason, attempts, reported, (approval, standing), timing, halted in itertools.product(
             sorted(REASONS[state]) if state else [""],
             (0, 1, 3),  # none yet, some, the budget (max_attempts=3)
             (True, False),  # the last granted attempt reported back
-            ("", FP_A),  # no approval binding, one (the events ask with FP_A and FP_B)
+            # No binding; one (the events ask with FP_A and FP_B) or none bound, under review or
+            # approved (its lapse on the timers' side of now).
+            itertools.product(("", FP_A), ("none", "under_review", "approved")),
             (None, timedelta(hours=-1), timedelta(hours=1)),  # timers absent, due, not due
             (None, timedelta(hours=1)),  # the tool's circuit closed, open
         ):
+            if approval and standing == "none":
+                continue  # a binding always has a standing (lifecycle.Snapshot)
             at = None if timing is None else NOW + timing
+            approved = standing == "approved"
             yield Snapshot(
+                review_started_at=NOW - timedelta(hours=2) if standing == "under_review" else None,
+                approved_at=NOW - timedelta(hours=2) if approved else None,
+                approval_lapses_at=(at or NOW + timedelta(hours=1)) if approved else None,
                 state=state,
                 reason=reason,
                 attempts=attempts,
@@ -80,7 +88,9 @@ def events() -> Iterator[Event]:
     yield EnvelopeRejected()
     yield from (AttemptRequested(fingerprint) for fingerprint in (FP_A, FP_B))
     yield from (VerificationReported(outcome) for outcome in ("committed", "not_found", "unavailable"))
-    yield from (TimerFired(timer) for timer in ("retry_due", "verification_deadline", "approval_expired"))
+    yield from (
+        TimerFired(timer) for timer in ("retry_due", "verification_deadline", "approval_expired", "approval_lapsed")
+    )
     yield from (ReviewerActed(act) for act in ("approve", "reject", "mark_committed", "permit_retry", "cancel"))
 
 
@@ -109,8 +119,23 @@ def test_the_edges_advance_takes_are_exactly_the_table() -> None:
 
 
 def test_a_hold_is_left_only_by_a_release() -> None:
-    # Spelled out, so that widening the table is a visible change here too.
+    # Spelled out, so that widening the table is a visible change here too. A permitted retry of
+    # an input only under review goes back to awaiting_approval (contract §3 v1.2).
     releases = {State.RETRY_READY, State.SUCCEEDED, State.CANCELLED, State.ESCALATED}
-    assert EDGES[State.VERIFYING] == releases
+    assert EDGES[State.VERIFYING] == releases | {State.AWAITING_APPROVAL}
     assert EDGES[State.AWAITING_APPROVAL] == releases
-    assert EDGES[State.ESCALATED] == releases - {State.ESCALATED}
+    assert EDGES[State.ESCALATED] == (releases | {State.AWAITING_APPROVAL}) - {State.ESCALATED}
+
+
+def test_only_a_lapsed_approval_cancels_a_step_the_agent_holds_unheld() -> None:
+    # in_progress and retry_ready are not held, so no reviewer cancels them: their approval's
+    # lapse does, and nothing else.
+    every_event = list(events())
+    for before in snapshots():
+        if before.state not in (State.IN_PROGRESS, State.RETRY_READY):
+            continue
+        for event in every_event:
+            if advance(before, event, NOW).after.state is State.CANCELLED:
+                # The sweep's lapse, or the gate's when it comes first.
+                assert event == TimerFired("approval_lapsed") or isinstance(event, AttemptRequested)
+                assert before.approval_lapses_at is not None and before.approval_lapses_at <= NOW

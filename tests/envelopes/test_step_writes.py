@@ -28,9 +28,11 @@ def _ingest(team: Team, payload: dict[str, Any]) -> Step:
         pytest.param(lambda team: _ingest(team, error_envelope()), id="error envelope"),
         pytest.param(lambda team: _ingest(team, unknown_outcome()), id="unknown outcome (held)"),
         pytest.param(
-            lambda team: services.attempt_request(
-                team=team, operation_ref="run_81/step_4", tool_name="send_email", fingerprint=fingerprint("x")
-            ).step,
+            lambda team: (
+                services.attempt_request(
+                    team=team, operation_ref="run_81/step_4", tool_name="send_email", fingerprint=fingerprint("x")
+                ).step
+            ),
             id="attempt gate",
         ),
     ],

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from approvals.services import step_decide
 from envelopes import services
 from envelopes.audit import audit_verify
 from envelopes.configuration import tool_configure
@@ -41,7 +42,7 @@ def states(*refs: str) -> list[tuple[str, str]]:
     return [by_ref[ref] for ref in refs]
 
 
-def test_a_real_worker_fires_each_kind_of_timer(team) -> None:
+def test_a_real_worker_fires_each_kind_of_timer(team, make_reviewer) -> None:
     tool_configure(
         team=team,
         name="create_invoice",
@@ -61,15 +62,32 @@ def test_a_real_worker_fires_each_kind_of_timer(team) -> None:
             next_action="request_approval",
         ),
     )
+    # An approval no attempt uses lapses (contract §3 v1.2), from retry_ready.
+    services.attempt_request(team=team, operation_ref="lapse", tool_name="create_invoice", fingerprint="a" * 64)
+    ingest(
+        team,
+        error_envelope(
+            tool="create_invoice",
+            operation_ref="lapse",
+            code="MISSING_APPROVAL",
+            category="authorization",
+            retry={"directive": "never", "max_attempts_remaining": 0},
+            next_action="request_approval",
+        ),
+    )
+    step_decide(team=team, step_id=Step.objects.get(operation_ref="lapse").pk, actor=make_reviewer(), action="approve")
+    assert states("lapse") == [("retry_ready", "approved")]
     with Worker():
         expected = [
             ("retry_ready", "retry_window_open"),
             ("escalated", "verification_timeout"),
             ("cancelled", "approval_expired"),
+            ("cancelled", "approval_expired"),
         ]
-        assert wait_until(lambda: states("wait", "verify", "approve") == expected, timeout=40), states(
-            "wait", "verify", "approve"
-        )
+        refs = ("wait", "verify", "approve", "lapse")
+        assert wait_until(lambda: states(*refs) == expected, timeout=40), states(*refs)
+    lapse = AuditEvent.objects.get(step__operation_ref="lapse", kind="transition", reason="approval_expired")
+    assert (lapse.before, lapse.data["timer"]) == ("retry_ready", "approval_lapsed")
     assert audit_verify() == []
 
 

@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 import rfc8785
+import time_machine
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 
+from approvals.services import step_decide
 from envelopes import hot, services
 from envelopes.audit import audit_verify
-from envelopes.errors import AttemptRefused
+from envelopes.configuration import tool_configure
+from envelopes.errors import AttemptRefused, EnvelopeInvalid
 from envelopes.events import DomainEvent
 from envelopes.models import Attempt, AuditEvent, ProposedInput, Step, Team
 from envelopes.presenters import step_representation
@@ -184,3 +187,89 @@ def test_the_hot_grant_and_its_event_carry_the_step_as_stored(team: Team, endpoi
         assert body_sent["step"]["proposal"]["input_fingerprint"] == fp
         event = DomainEvent.objects.filter(step=stored).latest("id")
         assert event.data == {"step": body_sent["step"], "cause": "attempt"}
+
+
+# --- the binding's standing: under review, approved, lapsed (contract §3 v1.2) -------------------
+
+ASK_APPROVAL = error_envelope(
+    retry={"directive": "never", "max_attempts_remaining": 0},
+    next_action="request_approval",
+    code="AMOUNT_OVER_LIMIT",
+    category="authorization",
+)
+
+
+def _decide(team: Team, ref: str, reviewer: Any, action: str, now: datetime) -> None:
+    step = Step.objects.get(operation_ref=ref)
+    with time_machine.travel(now, tick=False):
+        step_decide(team=team, step_id=step.pk, actor=reviewer, action=action, reason="checked")
+
+
+def _malformed(team: Team, ref: str, now: datetime) -> None:
+    body = error_envelope(operation_ref=ref, category="not_a_category")
+    with pytest.raises(EnvelopeInvalid):
+        services.envelope_ingest(
+            team=team, payload=body, dialect="canonical", raw_body=json.dumps(body).encode(), now=now
+        )
+
+
+def _without_decision_ids(written: dict[str, Any]) -> dict[str, Any]:
+    """The decisions' ids in their audit links differ by nature between the two steps."""
+    for link in written["audit"]:
+        link["data"].pop("decision_id", None)
+    return written
+
+
+A, B = fingerprint("a"), fingerprint("b")
+LATER = timedelta(days=2)  # past the default approval_ttl_s
+
+
+@pytest.mark.parametrize(
+    ("required", "steps"),
+    [
+        (1, [("gate", A), ("envelope", ASK_APPROVAL), ("decide", "approve"), ("gate", A)]),
+        (1, [("gate", A), ("envelope", ASK_APPROVAL), ("decide", "approve"), ("gate", B), ("gate", A)]),
+        (1, [("gate", A), ("envelope", ASK_APPROVAL), ("decide", "approve"), ("envelope", error_envelope())]),
+        (1, [("gate", A), ("envelope", ASK_APPROVAL), ("decide", "approve"), ("lapse", A)]),
+        (2, [("gate", A), ("envelope", ASK_APPROVAL), ("decide", "approve"), ("malformed",), ("permit",), ("gate", A)]),
+        (2, [("gate", A), ("envelope", ASK_APPROVAL), ("malformed",), ("unheld",), ("gate", A), ("gate", B)]),
+    ],
+    ids=["approved-granted", "approved-mismatch", "approved-kept", "lapsed", "under-review-permitted", "under-review"],
+)
+def test_the_hot_gate_keeps_the_binding_as_the_service_does(
+    team: Team, endpoint, make_reviewer, required: int, steps: list[Any]
+) -> None:  # type: ignore[no-untyped-def]
+    tool_configure(team=team, name="send_email", settings={"required_approvals": required}, actor="test")
+    reviewer = make_reviewer()
+    for number, (kind, *args) in enumerate(steps):
+        now = NOW + timedelta(seconds=number)
+        for ref in ("hot", "svc"):
+            if kind == "envelope" and ref == "hot":
+                # The API's order: the hot path, and the service when it is not the common case.
+                payload = {**args[0], "operation_ref": ref}
+                if hot.envelope_ingest(team=team, payload=payload, dialect="canonical", now=now) is None:
+                    _envelope(team, ref, args[0], now)
+            elif kind == "envelope":
+                _envelope(team, ref, args[0], now)
+            elif kind == "decide":
+                _decide(team, ref, reviewer, args[0], now)
+            elif kind == "permit":
+                _decide(team, ref, reviewer, "permit_retry", now)
+            elif kind == "malformed":
+                _malformed(team, ref, now)
+            elif kind == "unheld":
+                # A row as a step permitted before this change was left: retry_ready, under review.
+                Step.objects.filter(operation_ref=ref).update(state="retry_ready", reason="retry_permitted")
+        if kind == "gate":
+            assert _gate("hot", team, "hot", args[0], None, now) == _gate("svc", team, "svc", args[0], None, now)
+        elif kind == "lapse":
+            later = now + LATER
+            assert _gate("hot", team, "hot", args[0], None, later) == _gate("svc", team, "svc", args[0], None, later)
+
+    assert _without_decision_ids(_written("hot")) == _without_decision_ids(_written("svc"))
+    step = Step.objects.get(operation_ref="hot")
+    if steps[-1][0] == "lapse":
+        assert (step.state, step.reason) == ("cancelled", "approval_expired")
+    elif steps[-2:] == [("permit",), ("gate", A)] or steps[-1] == ("gate", B):
+        assert (step.state, step.attempts) == ("awaiting_approval", 1)  # never granted under review
+    assert audit_verify() == []
