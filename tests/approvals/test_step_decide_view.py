@@ -11,7 +11,7 @@ from django.test import Client
 
 from approvals.models import Decision
 from envelopes.models import AuditEvent, Step
-from tests.approvals.conftest import HTMX
+from tests.approvals.conftest import HTMX, approval_envelope
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -23,9 +23,7 @@ def decide(client: Client, step: Step, action: str, reason: str = "", expected: 
 
 
 def transitions(step: Step) -> list[tuple[str, str]]:
-    return list(
-        AuditEvent.objects.filter(step=step, kind="transition").order_by("seq").values_list("before", "after")
-    )
+    return list(AuditEvent.objects.filter(step=step, kind="transition").order_by("seq").values_list("before", "after"))
 
 
 def test_a_plain_approve_redirects_to_the_step_with_a_flash(rita: Client, awaiting: Step) -> None:
@@ -101,10 +99,7 @@ def test_a_stale_page_is_told_already_decided_and_nothing_moves_twice(
 
     htmx = decide(rita, awaiting, "cancel", "stop", expected="awaiting_approval", **HTMX)
     html = htmx.content.decode()
-    assert (
-        "<strong>Already decided.</strong> The step is now cancelled (rejected). Nothing was changed."
-        in html
-    )
+    assert "<strong>Already decided.</strong> The step is now cancelled (rejected). Nothing was changed." in html
     assert 'role="alert"' in html
 
     awaiting.refresh_from_db()
@@ -140,6 +135,31 @@ def test_four_eyes_needs_two_distinct_reviewers(
     awaiting.refresh_from_db()
     assert (awaiting.state, awaiting.reason) == ("retry_ready", "approved")
     assert transitions(awaiting) == [("", "awaiting_approval"), ("awaiting_approval", "retry_ready")]
+
+
+def test_permit_retry_of_a_four_eyes_step_under_review_sends_it_back_to_its_reviewers(
+    four_eyes_tool: None, rita: Client, agent: Any, awaiting: Step, second_reviewer: Any
+) -> None:
+    # Issue 23 on the dashboard: one approval of two, a malformed envelope, the Permit retry button.
+    decide(rita, awaiting, "approve", "ok by me")
+    malformed = approval_envelope(operation_ref=awaiting.operation_ref, category="not_a_category")
+    assert agent.envelope(malformed).status_code == 422
+    awaiting.refresh_from_db()
+    assert (awaiting.state, awaiting.reason) == ("escalated", "malformed_envelope")
+
+    response = decide(rita, awaiting, "permit_retry", "looks transient")
+    assert response.status_code == 303
+    awaiting.refresh_from_db()
+    assert (awaiting.state, awaiting.reason) == ("awaiting_approval", "approval_pending")
+    # Rita's approval still counts, so the page offers her no second one; Sam's releases it.
+    sam = logged_in(second_reviewer)
+    assert 'value="approve"' not in rita.get(f"/steps/{awaiting.pk}/").content.decode()
+    assert 'value="approve"' in sam.get(f"/steps/{awaiting.pk}/").content.decode()
+    again = decide(rita, awaiting, "approve", "really ok", **HTMX)
+    assert "You already approved this input" in again.content.decode()
+    decide(sam, awaiting, "approve", "second pair of eyes")
+    awaiting.refresh_from_db()
+    assert (awaiting.state, awaiting.reason) == ("retry_ready", "approved")
 
 
 def test_a_forged_post_by_a_viewer_is_403_and_changes_nothing(viewer: Any, awaiting: Step) -> None:
