@@ -1,7 +1,10 @@
 """Celery app: `celery -A config worker --beat` runs the worker and its timers."""
 
+import logging
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 from celery import Celery
 
@@ -21,3 +24,37 @@ def _create_filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
     for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if options.get(key):
             Path(options[key]).mkdir(parents=True, exist_ok=True)
+
+
+logger = logging.getLogger("holdpoint.broker")
+
+# After a publish fails, no hint is published by this process for this long: each would pay
+# the failure again (a refused connection, or a timeout when the broker does not answer).
+RETRY_BROKER_AFTER_S = 2.0
+WARN_EVERY_S = 60.0
+
+_broker_down_until = [0.0]
+_last_warning = [0.0]
+
+
+def publish_hint(task: Any, **options: Any) -> bool:
+    """Publish `task` (`apply_async`, no retries) to have a worker do now what beat's sweep
+    does anyway: whether it was published. Never raises: while the broker cannot be reached
+    nothing is tried for RETRY_BROKER_AFTER_S after a failure, and a warning is logged at most
+    once a minute per process. Only for work whose loss a sweep covers."""
+    now = time.monotonic()
+    if now < _broker_down_until[0]:
+        return False
+    try:
+        task.apply_async(retry=False, **options)
+    except Exception as error:
+        _broker_down_until[0] = time.monotonic() + RETRY_BROKER_AFTER_S
+        if _last_warning[0] == 0.0 or now - _last_warning[0] >= WARN_EVERY_S:
+            _last_warning[0] = now
+            logger.warning(
+                "the broker cannot be reached (%s: %s); work is left to beat's sweeps until it answers",
+                type(error).__name__,
+                error,
+            )
+        return False
+    return True

@@ -266,6 +266,18 @@ else:
     # Any countdown stays below half of this, so the broker never redelivers a task that a
     # worker still holds.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# --- a broker or Redis outage (issue 23) -------------------------------------------------------
+# A publish whose broker connection is gone connects once and fails (kombu's default retries it
+# for broker_connection_timeout, 4 s, while the request that publishes waits); the worker's and
+# beat's own connections keep retrying forever (their max_retries is Celery's, not this).
+# Timeouts: a broker that does not answer costs a publish seconds at most, never a hang. The web
+# processes' publishes are hints that beat's sweeps make good (config.celery.publish_hint).
+if not CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS["max_retries"] = 0
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        CELERY_BROKER_TRANSPORT_OPTIONS |= {"socket_connect_timeout": 1.0, "socket_timeout": 5.0}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
