@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kombu
 from celery import Celery, beat
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -31,6 +32,27 @@ def _create_filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
         if options.get(key):
             Path(options[key]).mkdir(parents=True, exist_ok=True)
 
+
+def _default_channel_forgotten_at_close() -> None:
+    """A kombu Connection forgets its default channel once it closed it. kombu 5.7 keeps it:
+    when the Redis broker goes away, a worker's consumer closes its connection twice (the
+    blueprint's restart, then the connection error's handler); the first close fails partway
+    on the dead server and drops the transport, and the second closes the old channel again,
+    which then tries to restore its unacknowledged messages through the dropped transport
+    (AttributeError: 'NoneType' object has no attribute 'hostname'): "Unrecoverable error",
+    and the worker exits instead of reconnecting once Redis is back."""
+    close = kombu.Connection._do_close_self
+
+    def _do_close_self(self: kombu.Connection) -> None:
+        try:
+            close(self)
+        finally:
+            self._default_channel = None
+
+    kombu.Connection._do_close_self = _do_close_self  # type: ignore[method-assign]
+
+
+_default_channel_forgotten_at_close()
 
 logger = logging.getLogger("holdpoint.broker")
 
