@@ -312,7 +312,7 @@ def measure(
             "longest_gap_between_starts_ms": round(
                 max((b - a for a, b in itertools.pairwise(starts)), default=0.0) * 1000, 1
             ),
-            "statuses": dict(collections.Counter(str(c.status) for c in selected)),
+            "statuses": dict(collections.Counter(f"{c.op} {c.status}" for c in selected)),
         }
 
     first = min((c.started for c in calls), default=0.0)
