@@ -54,7 +54,8 @@ class _FailFast:
     host: str
     port: int
 
-    def connect(self) -> None:
+    # Every way redis-py connects (connect(), and a command sent on a closed connection) ends here.
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         if getattr(self, "_sock", None) is not None:
             return
         server = (self.host, self.port)
@@ -62,7 +63,7 @@ class _FailFast:
         if left > 0:
             raise ConnectionError(f"Redis was unreachable moments ago; not tried again for {left * 1000:.0f} ms")
         try:
-            super().connect()  # type: ignore[misc]
+            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except (ConnectionError, TimeoutError):
             _redis_down_until[server] = time.monotonic() + RETRY_REDIS_AFTER_S
             raise

@@ -267,12 +267,10 @@ else:
     # worker still holds.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
-# --- a broker or Redis outage (issue 23) -------------------------------------------------------
-# A publish whose broker connection is gone connects once and fails (kombu's default retries it
-# for broker_connection_timeout, 4 s, while the request that publishes waits); the worker's and
-# beat's own connections keep retrying forever (their max_retries is Celery's, not this).
-# Timeouts: a broker that does not answer costs a publish seconds at most, never a hang. The web
-# processes' publishes are hints that beat's sweeps make good (config.celery.publish_hint).
+# --- a broker or Redis outage ----------------------------------------------------------------
+# A publish connects at most once (kombu would retry for the whole connection timeout while the
+# request waits), within short timeouts; workers' and beat's own connections retry as Celery's
+# broker_connection_max_retries says. The web's publishes are hints (config.celery.publish_hint).
 if not CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS["max_retries"] = 0
     if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
