@@ -1,6 +1,6 @@
 """Celery app: `celery -A config worker --beat` runs the worker and its timers.
 
-Beat keeps its schedule in memory (`Scheduler` here, CELERY_BEAT_SCHEDULER): every timer
+Beat keeps its schedule in memory (`celery.beat:Scheduler`, CELERY_BEAT_SCHEDULER): every timer
 Holdpoint has is a `due_at` column that a periodic sweep reads, so nothing is lost when beat
 forgets when it last sent a sweep, and no file is left that a killed beat could leave corrupt
 for the next start to trip over.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import kombu
-from celery import Celery, beat
+from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -86,16 +86,3 @@ def publish_hint(task: Any, **options: Any) -> bool:
             )
         return False
     return True
-
-
-class Scheduler(beat.Scheduler):
-    """Celery's in-memory scheduler, with every entry due at start: a beat restarted more often
-    than an entry's interval (the hourly purges) would otherwise never send it. Each entry is
-    a sweep, so one sent early does no harm."""
-
-    def setup_schedule(self) -> None:
-        super().setup_schedule()
-        for entry in self.schedule.values():
-            interval = getattr(entry.schedule, "run_every", None)
-            if interval is not None:
-                entry.last_run_at -= interval

@@ -285,8 +285,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-# In memory, with every sweep due at start: no schedule file for a kill to corrupt (config.celery).
-CELERY_BEAT_SCHEDULER = "config.celery:Scheduler"
+# In memory: no schedule file for a kill to corrupt; every timer is a due_at column (config.celery).
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 HOLDPOINT_SWEEP_SECONDS = env.float("HOLDPOINT_SWEEP_SECONDS", default=5.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-due-steps": {"task": "envelopes.tasks.sweep_due_steps", "schedule": HOLDPOINT_SWEEP_SECONDS},

@@ -63,7 +63,7 @@ class Worker:
         if self.queues:
             args += ["-Q", self.queues]
         if self.beat:
-            args += ["--beat"]  # its schedule in memory (config.celery.Scheduler)
+            args += ["--beat"]  # its schedule in memory (CELERY_BEAT_SCHEDULER)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         handle = self.log.open("ab")
         self.process = subprocess.Popen(
