@@ -324,7 +324,9 @@ def measure(
         "windows_s": {name: [round(b - first, 2), round(e - first, 2)] for name, (b, e) in windows.items()},
         "all": stats(calls),
         "baseline": stats([c for c in calls if c.started < windows["postgresql"][0]]),
-        "postgresql_restart": stats(during["postgresql"] + [c for c in calls if c.status == 503]),
+        "postgresql_restart": stats(
+            [c for c in calls if c.status == 503 or windows["postgresql"][0] <= c.started <= windows["postgresql"][1]]
+        ),
         "redis_down": stats(during["redis"]),
         "worker_and_beat_killed": stats(during["kill"]),
         "webhooks": {
