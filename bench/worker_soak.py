@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     log = open(ROOT / "var" / "bench-worker.log", "wb")  # noqa: SIM115 (open for the worker's life)
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "config", "worker", "--beat", "--concurrency", "2",
-         "--loglevel", "warning", "-s", str(ROOT / "var" / "bench-worker-beat")],
+         "--loglevel", "warning"],
         cwd=ROOT, env={**os.environ, **ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     samples: dict[int, list[tuple[float, float]]] = {}

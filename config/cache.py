@@ -16,6 +16,11 @@ through `command` and `script`: each thread's own connection, with the pool's se
 (address, database, password, timeouts) and no pool to borrow from. A connection that fails
 mid-command is closed, and one the server closed meanwhile is found before use (as the pool
 checks one it lends): the next command opens a new one.
+
+A Redis that cannot be reached is not tried by every request: once a connection to it fails,
+no connection of this process tries again for RETRY_REDIS_AFTER_S (each fails at once), so an
+outage costs the requests meanwhile nothing, and a server that does not answer (a host gone,
+a firewall) costs one connect timeout per interval instead of one per call.
 """
 
 from __future__ import annotations
@@ -24,15 +29,61 @@ import functools
 import hashlib
 import os
 import threading
+import time
 from typing import Any
 
+import redis
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
+RETRY_REDIS_AFTER_S = 2.0
+
+# (host, port): the time.monotonic() before which no connection to that Redis tries to connect.
+_redis_down_until: dict[tuple[str, int], float] = {}
+
+
+def redis_down(host: str, port: int) -> bool:
+    """Whether a connection to that Redis failed less than RETRY_REDIS_AFTER_S ago."""
+    return time.monotonic() < _redis_down_until.get((host, port), 0.0)
+
+
+class _FailFast:
+    """A redis-py connection that does not try to connect while another one to the same server
+    just failed to."""
+
+    host: str
+    port: int
+
+    # Every way redis-py connects (connect(), and a command sent on a closed connection) ends here.
+    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self, "_sock", None) is not None:
+            return
+        server = (self.host, self.port)
+        left = _redis_down_until.get(server, 0.0) - time.monotonic()
+        if left > 0:
+            raise ConnectionError(f"Redis was unreachable moments ago; not tried again for {left * 1000:.0f} ms")
+        try:
+            super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except (ConnectionError, TimeoutError):
+            _redis_down_until[server] = time.monotonic() + RETRY_REDIS_AFTER_S
+            raise
+
+
+class FailFastConnection(_FailFast, redis.Connection):
+    pass
+
+
+class FailFastSSLConnection(_FailFast, redis.SSLConnection):
+    pass
+
 
 class ReusingRedisCacheClient(RedisCacheClient):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, servers: list[str], *args: Any, **kwargs: Any) -> None:
+        super().__init__(servers, *args, **kwargs)
+        scheme = servers[0].partition("://")[0] if servers else ""
+        connection_class = {"redis": FailFastConnection, "rediss": FailFastSSLConnection}.get(scheme)
+        if connection_class is not None:  # (a unix:// socket keeps redis-py's own)
+            self._pool_options.setdefault("connection_class", connection_class)  # type: ignore[attr-defined]
         self._clients: dict[int, Any] = {}
         self._local = threading.local()
 

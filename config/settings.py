@@ -287,6 +287,16 @@ else:
     # Any countdown stays below half of this, so the broker never redelivers a task that a
     # worker still holds.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# --- a broker or Redis outage ----------------------------------------------------------------
+# A publish connects at most once (kombu would retry for the whole connection timeout while the
+# request waits), within short timeouts; workers' and beat's own connections retry as Celery's
+# broker_connection_max_retries says. The web's publishes are hints (config.celery.publish_hint).
+if not CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS["max_retries"] = 0
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        CELERY_BROKER_TRANSPORT_OPTIONS |= {"socket_connect_timeout": 1.0, "socket_timeout": 5.0}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -296,7 +306,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# In memory: no schedule file for a kill to corrupt; every timer is a due_at column (config.celery).
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 HOLDPOINT_SWEEP_SECONDS = env.float("HOLDPOINT_SWEEP_SECONDS", default=5.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-due-steps": {"task": "envelopes.tasks.sweep_due_steps", "schedule": HOLDPOINT_SWEEP_SECONDS},

@@ -32,3 +32,6 @@ urlpatterns = [
 ]
 # Registered last, so the metrics app's API routes (included above) match first.
 urlpatterns += api_fallback
+
+# A database outage answers 503 with Retry-After instead of Django's 500 (config/outage.py).
+handler500 = "config.outage.server_error"

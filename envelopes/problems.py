@@ -10,6 +10,8 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from config import outage
+
 from .errors import AttemptRefused, EnvelopeInvalid, HoldpointError
 from .schema import safe_field_name
 
@@ -91,6 +93,16 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             detail=exc.detail,
             headers=getattr(exc, "headers", None),  # Retry-After on the idempotency in-flight 409
             **exc.extra,
+        )
+    if outage.database_unavailable(exc):
+        # A database outage is the service's, not the caller's: try again shortly (config/outage.py).
+        outage.note(exc)
+        return problem(
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            code=outage.CODE,
+            title=outage.TITLE,
+            detail=outage.DETAIL,
+            headers=outage.retry_after(),
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

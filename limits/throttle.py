@@ -11,10 +11,11 @@ changes whenever what a process remembered must be read again (`token_read`, `to
 `envelopes.auth` remembers active API keys that way, and checks them against the token with each
 request's hit.
 
-Redis is an optimisation, not a dependency: when it cannot be reached the hit is not counted
-(`None`: the caller lets the request through), a warning is logged at most once a minute per
-process, and Redis is not tried again for a few seconds, so an outage costs no request a
-connection timeout each.
+Redis is an optimisation, not a dependency: when it cannot be reached the hit is counted in the
+database instead (the table's window, apart from Redis's: each admits at most the limit), a
+warning is logged at most once a minute per process, and Redis is not tried again for
+RETRY_REDIS_AFTER_S (config.cache), so an outage costs no request a connection timeout each.
+The shared token cannot be read meanwhile (`None`): `envelopes.auth` then reads every key.
 """
 
 from __future__ import annotations
@@ -28,24 +29,26 @@ from django.core.cache import caches
 from django.db import connection
 from redis.exceptions import RedisError
 
-from config.cache import HoldpointRedisCache
+from config.cache import RETRY_REDIS_AFTER_S, HoldpointRedisCache
 
 from .models import ThrottleWindow
 
 logger = logging.getLogger("holdpoint.throttle")
 
-RETRY_REDIS_AFTER_S = 5.0
 WARN_EVERY_S = 60.0
 
 _redis_down_until = 0.0
 _last_warning = 0.0
 
 
-def window_hit(key: str, bucket: int, length_s: int) -> int | None:
-    """Count one hit in window `bucket` of `key`; the window's total, or None if not counted."""
+def window_hit(key: str, bucket: int, length_s: int) -> int:
+    """Count one hit in window `bucket` of `key`: the window's total, in Redis when the cache is
+    Redis and answers, else in the database."""
     backend = _redis_backend()
     if backend is not None:
-        return _redis_hit(backend, key, bucket, length_s)
+        hits = _redis_hit(backend, key, bucket, length_s)
+        if hits is not None:
+            return hits
     return _database_hit(key, bucket)
 
 
@@ -116,8 +119,8 @@ def _redis_call(backend: HoldpointRedisCache, script: str, keys: list[str], args
         if now - _last_warning >= WARN_EVERY_S or _last_warning == 0.0:
             _last_warning = now
             logger.warning(
-                "throttle: the Redis cache cannot be reached (%s: %s); API calls are not rate-limited, and API keys"
-                " are read from the database on every call, until it answers",
+                "throttle: the Redis cache cannot be reached (%s: %s); API calls are counted in the database, and"
+                " API keys are read from it on every call, until it answers",
                 type(error).__name__,
                 error,
             )

@@ -29,6 +29,21 @@ def _plain_http(settings) -> None:  # type: ignore[no-untyped-def]
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _outages_forgotten() -> None:
+    """A test that made Redis or the broker fail must not make the next one skip them, or keep
+    it from warning: each process remembers an outage for a few seconds, and warns of one once a
+    minute (config.cache, config.celery)."""
+    from config import cache as config_cache
+    from config import celery as config_celery
+    from limits import throttle
+
+    config_cache._redis_down_until.clear()
+    config_celery._broker_down_until[0] = 0.0
+    config_celery._last_warning[0] = 0.0
+    throttle._redis_down_until = 0.0
+
+
 @pytest.fixture
 def team(db) -> Team:  # type: ignore[no-untyped-def]
     return team_create(slug="acme")

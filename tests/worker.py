@@ -63,8 +63,7 @@ class Worker:
         if self.queues:
             args += ["-Q", self.queues]
         if self.beat:
-            schedule = ROOT / "var" / f"test-beat-{os.getpid()}-{time.monotonic_ns()}"
-            args += ["--beat", "-s", str(schedule)]
+            args += ["--beat"]  # its schedule in memory (CELERY_BEAT_SCHEDULER)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         handle = self.log.open("ab")
         self.process = subprocess.Popen(

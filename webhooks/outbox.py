@@ -14,6 +14,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
 
+from config.celery import publish_hint
 from envelopes import hot_sql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
@@ -163,9 +164,10 @@ def enqueue_delivery() -> None:
             return
         from .tasks import deliver_due_messages
 
-        deliver_due_messages.apply_async(retry=False)
+        if not publish_hint(deliver_due_messages):  # the broker is down: beat's sweep delivers
+            delivery_pending_clear()  # nothing is queued: the next event must try again
     except Exception:
-        delivery_pending_clear()  # nothing is queued: the next event must try again
+        delivery_pending_clear()
         logger.warning("could not enqueue webhook delivery; the sweep will send it", exc_info=True)
 
 

@@ -1,5 +1,5 @@
 """The per-key API throttle (contract §4: 429 with Retry-After): a fixed window counted
-atomically where every web process sees it, and a Redis outage lets calls through."""
+atomically where every web process sees it, and during a Redis outage in the database."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from django.conf import settings
 
+from config import cache as config_cache
 from envelopes.configuration import api_key_create, team_create
 from limits import throttle
+from limits.models import ThrottleWindow
 from tests import worker
 from tests.conftest import AgentClient, error_envelope
 from tests.deploy.deployment import gunicorn
@@ -85,10 +88,11 @@ def redis_down(agent: AgentClient, settings, monkeypatch) -> None:  # type: igno
     }
     monkeypatch.setattr(throttle, "_redis_down_until", 0.0)
     monkeypatch.setattr(throttle, "_last_warning", 0.0)
+    monkeypatch.setattr(config_cache, "_redis_down_until", {})
 
 
 @pytest.mark.django_db
-def test_with_redis_down_calls_go_through_and_one_warning_is_logged(
+def test_with_redis_down_calls_are_counted_in_the_database_and_one_warning_is_logged(
     redis_down: None, agent: AgentClient, caplog: Any
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="holdpoint.throttle"):
@@ -97,9 +101,50 @@ def test_with_redis_down_calls_go_through_and_one_warning_is_logged(
 
     assert listed == [200] * 5
     assert posted.status_code == 201, posted.content
+    assert sum(ThrottleWindow.objects.values_list("hits", flat=True)) == 6
     warnings = [record.getMessage() for record in caplog.records if record.name == "holdpoint.throttle"]
     assert len(warnings) == 1
-    assert "cannot be reached" in warnings[0] and "not rate-limited" in warnings[0]
+    assert "cannot be reached" in warnings[0] and "counted in the database" in warnings[0]
+
+
+@pytest.mark.django_db
+def test_with_redis_down_the_limit_still_holds(redis_down: None, agent: AgentClient, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api_key": "3/hour"}}
+    from rest_framework.settings import api_settings
+
+    api_settings.reload()
+    wait_for_a_whole_window(3600)
+
+    statuses = [agent.get("/api/v1/steps").status_code for _ in range(5)]
+
+    assert statuses == [200, 200, 200, 429, 429]
+
+
+@pytest.mark.django_db
+def test_a_redis_that_failed_is_not_tried_again_for_a_while(redis_down: None) -> None:
+    """One refused connection, and no other connection of the process tries for
+    RETRY_REDIS_AFTER_S: each cache call meanwhile fails at once."""
+    from django.core.cache import cache
+
+    attempts: list[float] = []
+    real_connect = redis.Connection._connect
+
+    def counted(self: redis.Connection) -> Any:
+        attempts.append(time.monotonic())
+        return real_connect(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.Connection, "_connect", counted)
+        for _ in range(20):
+            with pytest.raises(redis.ConnectionError):
+                cache.get("anything")
+        assert len(attempts) == 1
+        assert config_cache.redis_down("127.0.0.1", 1)
+        assert not config_cache.redis_down("127.0.0.1", 6379)  # another server is tried as ever
+        config_cache._redis_down_until.clear()  # the interval is over
+        with pytest.raises(redis.ConnectionError):
+            cache.add("anything", 1, 5)
+        assert len(attempts) == 2
 
 
 @pytest.mark.django_db

@@ -44,3 +44,29 @@ def test_a_broker_that_refuses_never_fails_the_commit(monkeypatch: pytest.Monkey
     monkeypatch.setattr(notify, "apply_async", refuse)
     monkeypatch.setattr(consumer, "_last_enqueue", [-consumer.ENQUEUE_GAP_S])
     consumer.enqueue_notify()  # logs a warning; beat's sweep sends the notices
+
+
+def test_after_a_refused_publish_none_is_tried_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each publish while the broker is down would pay its failure again: after one, the
+    process leaves the work to beat's sweep for RETRY_BROKER_AFTER_S."""
+    from config import celery as config_celery
+
+    tries: list[int] = []
+
+    def refuse(**_: Any) -> None:
+        tries.append(1)
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(notify, "apply_async", refuse)
+    now = [1000.0]
+    monkeypatch.setattr(consumer, "_clock", lambda: now[0])
+    monkeypatch.setattr(consumer, "_last_enqueue", [-consumer.ENQUEUE_GAP_S])
+    for _ in range(3):
+        consumer.enqueue_notify()
+        now[0] += 1.1  # past the one-a-second gap
+    assert tries == [1]
+
+    config_celery._broker_down_until[0] = 0.0  # the interval is over
+    monkeypatch.setattr(notify, "apply_async", lambda **kwargs: tries.append(2))
+    consumer.enqueue_notify()
+    assert tries == [1, 2]

@@ -8,6 +8,7 @@ import logging
 import pytest
 from django.db import transaction
 
+from config import celery as config_celery
 from envelopes.models import Team
 from tests.conftest import error_envelope
 from webhooks.models import OutboxMessage, WebhookEndpoint
@@ -81,13 +82,14 @@ def test_enqueue_delivery_swallows_any_error(monkeypatch, caplog) -> None:  # ty
         raise OSError("no route to broker")
 
     monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", boom)
-    with caplog.at_level(logging.WARNING, logger="webhooks.outbox"):
+    with caplog.at_level(logging.WARNING, logger="holdpoint.broker"):
         enqueue_delivery()
-    # The broker's failure, not others the call may log (the database cache, when this test has
-    # no database, says it is unavailable and that every event enqueues).
-    [record] = [r for r in caplog.records if r.name == "webhooks.outbox" and "could not enqueue" in r.getMessage()]
+    # The broker's failure (config.celery.publish_hint), not others the call may log (the
+    # database cache, when this test has no database, says it is unavailable and that every
+    # event enqueues).
+    [record] = [r for r in caplog.records if r.name == "holdpoint.broker" and "cannot be reached" in r.getMessage()]
     assert record.levelno == logging.WARNING
-    assert record.exc_info is not None and isinstance(record.exc_info[1], OSError)
+    assert "OSError: no route to broker" in record.getMessage()
 
 
 def test_a_burst_of_events_enqueues_one_delivery_task_until_it_starts(
@@ -119,6 +121,9 @@ def test_a_failed_enqueue_leaves_no_mark_so_the_next_event_tries_again(db, monke
 
     monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", broker_down)
     enqueue_delivery()
+    enqueue_delivery()  # within the pause after a failure (config.celery.publish_hint)
+    assert len(calls) == 1
+    monkeypatch.setattr(config_celery, "_broker_down_until", [0.0])  # the pause is over
     enqueue_delivery()
     assert len(calls) == 2
 

@@ -1,0 +1,321 @@
+"""The parts around Holdpoint, as real processes the fault run can break: a PostgreSQL cluster and
+a redis-server of the test's own, a vhost of its own on the machine's RabbitMQ, Celery workers and
+beat, a webhook receiver, and the load of agents calling the API."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.deploy.deployment import ROOT, free_port
+
+
+def postgresql_bin() -> Path | None:
+    """The newest /usr/lib/postgresql/*/bin with initdb and pg_ctl, if any."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parent.parent.name))
+    return Path(found[-1]).parent if found else None
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run it as the `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+class PostgreSQL:
+    """A cluster of its own in a temporary directory, on a free port, trusting local TCP."""
+
+    def __init__(self) -> None:
+        binaries = postgresql_bin()
+        assert binaries is not None
+        self.bin = binaries
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="hp-faults-pg-"))
+        self.data = self.dir / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.log = self.dir / "postgresql.log"
+
+    def _run(self, *args: str, timeout: float = 120) -> None:
+        done = subprocess.run(_as_postgres(list(args)), capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+
+    def start(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.dir}"
+            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every session is ended, and the server is back."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w", "restart")
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            subprocess.run(
+                _as_postgres([str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def execute(self, database: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url(database), autocommit=True) as connection:
+            cursor = connection.execute(statement, params)
+            return cursor.fetchall() if cursor.description else []
+
+
+class Redis:
+    """A redis-server of its own, on a free port, nothing saved: a restart loses everything."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = Path(tempfile.mkstemp(prefix="hp-faults-redis-", suffix=".log")[1])
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 20
+        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True).stdout != b"PONG\n":
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "redis-server did not answer within 20 s"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+
+@contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """A vhost of its own on the machine's RabbitMQ (never restarted), for guest; its broker URL."""
+    vhost = f"hp_faults_{uuid.uuid4().hex[:10]}"
+    subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], check=True, capture_output=True, timeout=60)
+    try:
+        subprocess.run(
+            ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    finally:
+        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True, timeout=60)
+
+
+class Celery:
+    """`celery -A config ARGS` in its own process group, its output in a file."""
+
+    def __init__(self, env: dict[str, str], *args: str, name: str) -> None:
+        self.env = env
+        self.args = args
+        self.log = ROOT / "var" / f"test-faults-{name}-{os.getpid()}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts: list[int] = []  # the log's size at each start
+
+    def start(self) -> Celery:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.starts.append(self.log.stat().st_size if self.log.exists() else 0)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", *self.args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole group (the prefork children too), as a crash or the OOM killer."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output_since_start(self, start: int) -> str:
+        data = self.log.read_bytes()
+        end = self.starts[start + 1] if start + 1 < len(self.starts) else len(data)
+        return data[self.starts[start] : end].decode(errors="replace")
+
+
+class Receiver:
+    """A webhook endpoint on loopback: answers 200, and keeps every delivery's webhook-id."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.lock:
+                    receiver.ids.append(self.headers.get("webhook-id", ""))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Call:
+    op: str  # "gate" or "ingest"
+    started: float  # time.monotonic()
+    seconds: float
+    status: int  # 0: no answer (a transport error)
+    retry_after: str | None = None
+    code: str | None = None
+    envelope_id: int | None = None
+    error: str = ""
+
+
+@dataclass
+class Load:
+    """`connections` agents, each on its own kept-alive connection to one of the web servers,
+    asking the gate for a new step then posting its error envelope, over and over."""
+
+    urls: list[str]
+    api_key: str
+    connections: int = 8
+    pause_s: float = 0.02
+    calls: list[Call] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._agent, args=(n,), daemon=True) for n in range(self.connections)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _agent(self, number: int) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        calls: list[Call] = []
+        with httpx.Client(base_url=self.urls[number % len(self.urls)], headers=headers, timeout=30) as client:
+            n = 0
+            while not self._stop.is_set():
+                n += 1
+                ref = f"load-{number}/{n}-{uuid.uuid4().hex[:6]}"
+                fingerprint = uuid.uuid4().hex * 2
+                calls.append(self._call(client, "gate", f"/api/v1/steps/{ref}/attempts", gate_body(fingerprint)))
+                calls.append(self._call(client, "ingest", "/api/v1/envelopes", error_envelope(ref)))
+                self._stop.wait(self.pause_s)
+        self.calls.extend(calls)  # one extend per thread: list.extend is atomic
+
+    @staticmethod
+    def _call(client: httpx.Client, op: str, path: str, body: dict[str, Any]) -> Call:
+        started = time.monotonic()
+        try:
+            response = client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+        except httpx.TransportError as error:
+            return Call(op, started, time.monotonic() - started, 0, error=f"{type(error).__name__}: {error}")
+        call = Call(op, started, time.monotonic() - started, response.status_code, response.headers.get("Retry-After"))
+        if response.headers.get("Content-Type", "").startswith("application/"):
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = {}
+            call.code = answer.get("code")
+            if op == "ingest" and response.status_code == 201:
+                call.envelope_id = answer["envelope_id"]
+        return call
+
+
+TOOL = "send_email"
+
+
+def gate_body(fingerprint: str) -> dict[str, Any]:
+    return {"tool": TOOL, "input_fingerprint": fingerprint}
+
+
+def error_envelope(ref: str, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "ok": False,
+        "tool": TOOL,
+        "operation_ref": ref,
+        "code": "INVALID_RECIPIENT_ADDRESS",
+        "category": "validation",
+        "commit_state": "not_committed",
+        "retry": {"directive": "after_input_fix", "max_attempts_remaining": 1},
+        "next_action": "correct_input",
+        "safe_details": {"field": "recipient_email"},
+    }
+    body.update(overrides)
+    return body
+
+
+def waiting_envelope(ref: str, not_before: str) -> dict[str, Any]:
+    """A step put in waiting_retry until `not_before`: its timer fires once, to retry_ready."""
+    return error_envelope(
+        ref,
+        code="UPSTREAM_RATE_LIMITED",
+        category="rate_limit",
+        retry={"directive": "after_delay", "not_before": not_before, "max_attempts_remaining": 2},
+        next_action="wait_and_retry",
+        safe_details={},
+    )
+
+
+def percentile(values: list[float], share: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
