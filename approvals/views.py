@@ -53,6 +53,8 @@ from .services import (
 )
 
 QUEUES_CHANGED = "queues-changed"  # htmx event: the nav counts refresh at once
+# The query parameters this module reads by a built name (a queue's next page), for the fuzzers.
+QUERY_PARAMETERS = tuple(f"{queue.key}_after" for queue in queries.STEP_QUEUES)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,11 @@ REVIEWER_ROUTES = {
     "reviewers:step": Route("/api/v1/teams/{team}/steps/{ref}", (), "reviewer"),
 }
 PAGE_ROUTES = {
-    "approvals:queues": Route("/", ("team", "tool", "code", "age"), "page"),
+    "approvals:queues": Route(
+        "/",
+        ("team", "tool", "code", "age", "approvals_after", "verifications_after", "escalations_after", "waiting_after"),
+        "page",
+    ),
     "approvals:queue-counts": Route("/queue-counts", (), "page"),
     "approvals:search": Route("/search", ("q",), "page"),
     "approvals:step": Route("/steps/{pk}/", ("before", "v", "since", "older", "seen"), "page"),

@@ -17,6 +17,7 @@ def test_every_periodic_task_is_scheduled_and_registered() -> None:
         "metrics.tasks.rollup_metrics",  # without it every metrics read falls back to the envelopes
         "envelopes.tasks.purge_idempotency_keys",
         "envelopes.tasks.purge_quarantine",  # retention (issue 10, point 8)
+        "envelopes.tasks.purge_domain_events",
         "webhooks.tasks.purge_webhook_history",
         "notifications.tasks.notify",  # notifying reviewers (§9): reminders, escalations, batched sends
         "notifications.tasks.purge_notification_history",  # its retention

@@ -77,16 +77,24 @@ def _module_reads(module_name: str) -> tuple[set[str], list[str]]:
             continue
         parent = parents[node]
         where = f"{module_name}:{node.lineno}"
+        # Names a module builds (`f"{queue.key}_after"`) it lists in QUERY_PARAMETERS.
+        built = set(getattr(module, "QUERY_PARAMETERS", ()))
         if isinstance(parent, ast.Attribute) and parent.attr in ("get", "getlist"):
             call = parents[parent]
             assert isinstance(call, ast.Call)
             name = constant(call.args[0] if call.args else None)
-            if name is None:
-                unknown.append(where)
-            else:
+            if name is not None:
                 names.add(name)
+            elif built:
+                names |= built
+            else:
+                unknown.append(where)
         elif isinstance(parent, ast.Subscript) and constant(parent.slice) is not None:
             names.add(constant(parent.slice))  # type: ignore[arg-type]
+        elif isinstance(parent, ast.Subscript) and built:
+            names |= built
+        elif isinstance(parent, ast.Attribute) and parent.attr == "copy":
+            pass  # the query string copied whole to link to (a page's next page): no parameter read
         elif isinstance(parent, ast.Compare) and isinstance(parent.ops[0], ast.In) and constant(parent.left):
             names.add(constant(parent.left))  # type: ignore[arg-type]
         elif isinstance(parent, ast.Attribute) and parent.attr == "dict" and isinstance(parents[parent], ast.Call):
@@ -176,6 +184,7 @@ def test_the_scan_sees_each_way_the_code_reads_a_parameter() -> None:
     assert {"add"} <= _module_reads("metrics.views")[0]  # "add" in request.GET
     assert {"state", "cursor", "limit"} <= _module_reads("envelopes.api")[0]  # serializer + paginator
     assert {"since", "until"} == _module_reads("metrics.api")[0]  # Serializer(data=...dict())
+    assert {"approvals_after", "waiting_after"} <= _module_reads("approvals.views")[0]  # QUERY_PARAMETERS
 
 
 @pytest.mark.django_db
