@@ -184,10 +184,8 @@ def test_a_new_approval_after_a_mismatch_binds_the_input_that_asked(agent, team,
 # --- under review is not approved (contract §3 v1.2, issue 23) --------------------------------
 
 
-def four_eyes_step(agent, team) -> Step:
-    """A tool with required_approvals 2; the agent's attempt with A asks for approval."""
-    tool_configure(team=team, name=TOOL, settings={"required_approvals": 2}, actor="test")
-    assert agent.attempt(REF, tool=TOOL, fingerprint=FP_A).status_code == 201
+def ask_for_approval(agent) -> None:
+    """The agent's envelope for the step under test: it needs a reviewer's approval."""
     agent.envelope(
         error_envelope(
             tool=TOOL,
@@ -198,6 +196,13 @@ def four_eyes_step(agent, team) -> Step:
             next_action="request_approval",
         )
     )
+
+
+def four_eyes_step(agent, team) -> Step:
+    """A tool with required_approvals 2; the agent's attempt with A asks for approval."""
+    tool_configure(team=team, name=TOOL, settings={"required_approvals": 2}, actor="test")
+    assert agent.attempt(REF, tool=TOOL, fingerprint=FP_A).status_code == 201
+    ask_for_approval(agent)
     return Step.objects.get(operation_ref=REF)
 
 
@@ -267,16 +272,7 @@ def test_a_new_request_for_approval_starts_a_new_count(agent, team, make_reviewe
     step.refresh_from_db()
     assert step.state == "retry_ready" and step.approved_at is not None
     # Before running it, the agent asks again: a new review, the two approvals release nothing.
-    agent.envelope(
-        error_envelope(
-            tool=TOOL,
-            operation_ref=REF,
-            code="REFUND_ABOVE_LIMIT",
-            category="authorization",
-            retry={"directive": "never", "max_attempts_remaining": 0},
-            next_action="request_approval",
-        )
-    )
+    ask_for_approval(agent)
     step.refresh_from_db()
     assert (step.state, step.approved_at) == ("awaiting_approval", None)
     refused(agent.attempt(REF, tool=TOOL, fingerprint=FP_A), "approval_pending")
