@@ -49,7 +49,8 @@ def _is_environ(node: ast.expr) -> bool:
 
 def python_environment_reads(source: str) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if (node.func.attr == "get" and _is_environ(node.func.value)) or node.func.attr == "getenv":
                 found.add(_first_name(node) or "")
@@ -61,6 +62,8 @@ def python_environment_reads(source: str) -> set[str]:
             and isinstance(node.slice.value, str)
         ):
             found.add(node.slice.value)
+    if "environ.Env()" in source:  # a settings module of its own (bench/floor/settings.py)
+        found |= django_environ_reads(tree)
     return found - {""}
 
 
@@ -75,10 +78,10 @@ def shell_environment_reads(script: str) -> set[str]:
     return found
 
 
-def settings_file_reads() -> set[str]:
-    """`env.str("NAME", ...)`, `env.db("NAME")` and the like: django-environ's reads."""
+def django_environ_reads(tree: ast.AST) -> set[str]:
+    """`env.str("NAME", ...)`, `env.db("NAME")` and the like, with `env = environ.Env()`."""
     found = set()
-    for node in ast.walk(ast.parse(SETTINGS.read_text())):
+    for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -87,6 +90,10 @@ def settings_file_reads() -> set[str]:
         ):
             found.add(_first_name(node) or "")
     return found - {""}
+
+
+def settings_file_reads() -> set[str]:
+    return django_environ_reads(ast.parse(SETTINGS.read_text()))
 
 
 def reads_of(pattern: str) -> set[str]:
@@ -186,6 +193,7 @@ def test_the_reads_are_found_where_they_are() -> None:
     # The finder itself: each form of read it claims to see, and a write it must not count.
     python = 'os.environ.get("A_B", "x")\nos.environ["C"]\nos.getenv("D")\nenviron.get("E")\nos.environ["F"] = "1"'
     assert python_environment_reads(python) == {"A_B", "C", "D", "E"}
+    assert python_environment_reads('env = environ.Env()\nenv.int("G", default=1)\nenv.get("H")') == {"G", "H"}
     shell = 'x="${HOLDPOINT_BIND:-1}" y=${CI:-} z=$ROOT ${A-b}\nOWN=\n${OWN:+x} ${ROOT:-}\n'
     shell += 'export D="${D:-1}"\n# E=1\n${E:-}'
     assert shell_environment_reads(shell) == {"HOLDPOINT_BIND", "CI", "A", "ROOT", "D", "E"}
