@@ -96,7 +96,7 @@ def input_tree(value: dict[str, Any]) -> InputTree:
     """The input as a tree to read: objects and arrays as <details> (open down to OPEN_DEPTH),
     keys in canonical order, strings folded beyond FOLD_AT characters, redacted values and hidden
     characters marked. Every key and value is escaped here, the only place this markup is made:
-    a template loop cost a tag per node, ten times this, for a 30 KiB input's few thousand nodes."""
+    a template loop would cost a template tag per node, and a large input has thousands."""
     parts: list[str] = []
     redactions = 0
     # (raw key, is an array position, value, depth) to visit; None closes the container above.

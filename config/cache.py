@@ -2,17 +2,15 @@
 each thread's own connection for the calls an agent waits on.
 
 Django's `RedisCacheClient.get_client` builds a new `redis.Redis` for every cache operation,
-and building one copies redis-py's table of ~170 response callbacks: measured on the ingest
-path (bench/profile_ingest.py), the two throttle operations spent ~0.8 ms of CPU per request
-building clients. A `redis.Redis` over a `ConnectionPool` is safe to share between threads
-(each command borrows a connection from the pool), so one per pool is kept and reused.
+and building one copies redis-py's whole table of response callbacks. A `redis.Redis` over a
+`ConnectionPool` is safe to share between threads (each command borrows a connection from the
+pool), so one per pool is kept and reused.
 
-Even reused, redis-py 8's client costs more CPU around a command than the command's own round
+Even reused, redis-py's client costs more CPU around a command than the command's own round
 trip: borrowing and returning a pooled connection, its retry and observability layers, the
-script wrapper. The throttle's script took 150 µs of CPU through it and 45 µs on a bare
-connection (bench/README.md, issue 14's fifth round). The API pays that on every call (the
-throttle's script) and on every event (the webhook delivery's mark, `add`), so those go
-through `command` and `script`: each thread's own connection, with the pool's settings
+script wrapper (the figures: bench/README.md, "figures behind comments"). The API pays that on
+every call (the throttle's script) and on every event (the webhook delivery's mark, `add`), so
+those go through `command` and `script`: each thread's own connection, with the pool's settings
 (address, database, password, timeouts) and no pool to borrow from. A connection that fails
 mid-command is closed, and one the server closed meanwhile is found before use (as the pool
 checks one it lends): the next command opens a new one.

@@ -10,8 +10,8 @@ application = get_wsgi_application()
 
 # What a web process loads once (Django, the apps and, through the URLconf, every view) lives as
 # long as the process: it leaves the garbage collector's generations, so a full collection walks
-# only what requests left behind. Without this, each full collection walked ~130,000 objects
-# that can never be garbage and stopped every thread of the worker for 65-123 ms on the 2-core
-# machine: the agent API's slowest requests (issue 14, bench/README.md).
+# only what requests left behind. Without this, each full collection walks every object loaded
+# at start, none of which can be garbage, and stops every thread of the worker meanwhile: the
+# agent API's slowest requests (the figures: bench/README.md, "figures behind comments").
 import_module(settings.ROOT_URLCONF)
 gc.freeze()

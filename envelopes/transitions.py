@@ -51,7 +51,7 @@ def tool_auto_register(*, team: Team, name: str) -> Tool:
     inventing tool names must not grow the team's tables, pages and metrics without bound)."""
     for tool in Tool.objects.filter(team=team, name=name)[:1]:
         return tool
-    limit = getattr(settings, "HOLDPOINT_MAX_TOOLS_PER_TEAM", DEFAULT_MAX_TOOLS_PER_TEAM)
+    limit = settings.HOLDPOINT_MAX_TOOLS_PER_TEAM
     try:
         with transaction.atomic():
             # New tools of one team are registered one at a time, so that racing requests cannot

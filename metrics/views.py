@@ -254,7 +254,7 @@ def _scraper_allowed(request: HttpRequest) -> bool:
     The labels name teams and tools, so the endpoint is never public; Prometheus scrapes it
     with the token (`authorization: {credentials: ...}` in its scrape config).
     """
-    token = getattr(settings, "HOLDPOINT_METRICS_TOKEN", "") or ""
+    token = settings.HOLDPOINT_METRICS_TOKEN
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):

@@ -318,7 +318,7 @@ def _plain(text: str, limit: int = 2000) -> PlainTextObject:
 
 def slack_actions_enabled() -> bool:
     """§10: with SLACK_SIGNING_SECRET set, Slack's button clicks come back signed and decide."""
-    return bool(getattr(settings, "SLACK_SIGNING_SECRET", ""))
+    return bool(settings.SLACK_SIGNING_SECRET)
 
 
 def _u_escape(char: str) -> str:

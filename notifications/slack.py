@@ -407,7 +407,7 @@ def _already_decided(step: Any) -> str:
 @csrf_exempt  # Slack signs it; there is no session
 @require_POST
 def slack_actions(request: HttpRequest) -> HttpResponse:
-    secret = str(getattr(settings, "SLACK_SIGNING_SECRET", "") or "")
+    secret = str(settings.SLACK_SIGNING_SECRET)
     if not secret:
         raise Http404("Slack actions are not configured (SLACK_SIGNING_SECRET).")
     if len(request.body) > MAX_BODY:

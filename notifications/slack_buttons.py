@@ -75,7 +75,7 @@ class ApproveValue:
             return False
         if not constant_time_compare(self.fingerprint_shown, fingerprint_shown(fingerprint)):
             return False
-        secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+        secrets = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
         return any(
             constant_time_compare(
                 self.mac, _mac(team=team, operation_ref=operation_ref, etag=etag, fingerprint=fingerprint, secret=s)

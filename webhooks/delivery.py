@@ -309,7 +309,7 @@ SWEEP_SLOT_SECONDS = 60  # above a sweep's longest run: its budget plus one try'
 def sweep_slot_take() -> str | None:
     """A free sweep slot's key, or None when enough sweeps run already ("" when the cache
     cannot say: the sweep runs, as it did before slots)."""
-    slots = max(1, int(getattr(settings, "HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS", 1)))
+    slots = max(1, int(settings.HOLDPOINT_WEBHOOK_CONCURRENT_SWEEPS))
     try:
         for number in range(slots):
             key = SWEEP_SLOT_KEY.format(number)

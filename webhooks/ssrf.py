@@ -30,7 +30,7 @@ class UnsafeTarget(ValueError):
 
 
 def private_targets_allowed() -> bool:
-    return bool(getattr(settings, "HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", False))
+    return bool(settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE)
 
 
 def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:

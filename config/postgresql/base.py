@@ -3,13 +3,13 @@ when nothing has come from the server.
 
 With CONN_HEALTH_CHECKS (on, config/settings.py) Django checks a persistent connection before
 each request's first statement by sending `SELECT 1` and waiting for its answer: a round trip on
-every API call, and 6 % of an authenticated call's CPU (issue 14's fifth round,
-bench/README.md). A server that closes a connection (a restart, `pg_terminate_backend`, a
-pooler's idle timeout) sends an error or closes the socket, which makes the socket readable; an
-idle connection of a live server receives nothing. So the socket is asked first (`poll`, no
-waiting): nothing there, the connection is usable; anything there, Django's own check runs and
-reads it. A server that vanished without a word (a power cut, a cable) fails both checks alike:
-the statement after them waits for TCP to give up.
+every API call (its cost: bench/README.md, "figures behind comments"). A server that closes a
+connection (a restart, `pg_terminate_backend`, a pooler's idle timeout) sends an error or closes
+the socket, which makes the socket readable; an idle connection of a live server receives
+nothing. So the socket is asked first (`poll`, no waiting): nothing there, the connection is
+usable; anything there, Django's own check runs and reads it. A server that vanished without a
+word (a power cut, a cable) fails both checks alike: the statement after them waits for TCP to
+give up.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ import pytest
 from envelopes.configuration import tool_configure
 from envelopes.errors import ToolLimitReached
 from envelopes.models import Envelope, Quarantine, Step, Team, Tool
-from envelopes.transitions import DEFAULT_MAX_TOOLS_PER_TEAM, tool_auto_register
+from envelopes.transitions import tool_auto_register
 from tests.conftest import error_envelope, fingerprint
 from tests.envelopes.test_concurrency import run_together
+from tests.settings_file import settings_with_environment_unset
 
 FP = fingerprint("input")
 
@@ -75,9 +76,9 @@ def test_the_cap_is_per_team_and_an_admin_may_still_configure_a_tool(
 
 @pytest.mark.django_db
 def test_the_default_cap_is_500_tools(settings, agent, team: Team) -> None:
-    if hasattr(settings, "HOLDPOINT_MAX_TOOLS_PER_TEAM"):
-        del settings.HOLDPOINT_MAX_TOOLS_PER_TEAM
-    assert DEFAULT_MAX_TOOLS_PER_TEAM == 500
+    default = settings_with_environment_unset("HOLDPOINT_MAX_TOOLS_PER_TEAM")["HOLDPOINT_MAX_TOOLS_PER_TEAM"]
+    assert default == 500
+    settings.HOLDPOINT_MAX_TOOLS_PER_TEAM = default
     Tool.objects.bulk_create(Tool(team=team, name=f"tool_{n}") for n in range(499))
     assert agent.envelope(error_envelope(tool="tool_499", operation_ref="last")).status_code == 201
     refused_for_the_limit(agent.envelope(error_envelope(tool="tool_500", operation_ref="beyond")))

@@ -2,13 +2,13 @@
 protocol written and read here, asyncio streams for the I/O.
 
 Why not httpx here: every guarded tools/call makes two requests (the attempt gate and the
-envelope) on the critical path of the agent's tool call. Measured on this project's machine
-against a Holdpoint stub that answers at once (bench/mcp_proxy_latency.py --stub), httpx's
-AsyncClient spends 1.2-1.7 ms of CPU per request in its own layers (URL merging, request
-building, anyio cancel scopes, sniffio look-ups). With h11 for the protocol this client spent
-0.6-0.7 ms per request under load (h11 validates every header of both sides through its event
-and state machine); writing the request line and headers as one string and reading the answer
-with `readuntil`/`readexactly` takes 0.3 ms, for the same bytes on the wire. The answer is
+envelope) on the critical path of the agent's tool call, and httpx's AsyncClient spends more
+CPU per request in its own layers (URL merging, request building, anyio cancel scopes, sniffio
+look-ups) than the rest of the request; h11, for the protocol alone, validates every header of
+both sides through its event and state machine. Writing the request line and headers as one
+string and reading the answer with `readuntil`/`readexactly` puts the same bytes on the wire
+for a fraction of either (bench/mcp_proxy_latency.py --stub measures it; the figures:
+bench/README.md, "figures behind comments"). The answer is
 read as RFC 9112 frames it (1xx skipped; no body for HEAD, 204, 304; chunked; Content-Length;
 else up to the close, and such a connection is not reused) and anything else is a
 RemoteProtocolError; a CR or LF in the request line or a header is refused before sending. It

@@ -4,8 +4,8 @@ everything else through the `mcp` package's server.
 Why a lane of its own: the guarded tools/call is what an agent waits for, and the SDK's server
 takes four hand-offs to answer one (the reader task, its dispatcher's read loop, a handler task
 behind anyio's cancel scopes and middleware, the writer task), plus a pydantic model of each
-message built and dumped again. Measured with bench/mcp_proxy_latency.py against a stub
-Holdpoint, that plumbing was most of the proxy's own cost per call. Here the line is read,
+message built and dumped again: most of the proxy's own cost per call
+(bench/mcp_proxy_latency.py). Here the line is read,
 decoded once with `json`, checked with the SDK's own tools/call validation for the negotiated
 protocol version (`mcp_types.methods.validate_client_request`), handed to the proxy in one
 task, and the result is shaped by the SDK's own result surface
