@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.once import once_claim, once_token
 from dashboard.shell import teams_of
 from envelopes.models import Team
+from outbound import ssrf
 
-from . import ssrf
 from .forms import EndpointCreateForm, EndpointDisableForm, EndpointRotateForm
 from .models import OutboxMessage, WebhookEndpoint
 from .services import WebhookError, endpoint_create, endpoint_disable, endpoint_secret_rotate, message_redeliver
