@@ -26,6 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from outbound import http, ssrf
+from outbound.http import SEND_TIMEOUT
 from outbound.retry import retry_delay
 
 from .models import Channel, Message, SendTry
@@ -35,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 LEASE = timedelta(minutes=5)
 CLAIM_BATCH = 10
-SEND_TIMEOUT = 10.0
 SWEEP_BUDGET_SECONDS = 10.0
 ANSWER_BYTES = 200
 USER_AGENT = "Holdpoint-Notifications/1"
