@@ -8,6 +8,7 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         from envelopes import events
 
+        from . import tasks  # noqa: F401 (registers the task the doorbell rings by name)
         from .consumer import event_consume
 
         events.subscribe(event_consume)  # held steps and halted tools become notices (§9)

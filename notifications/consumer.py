@@ -7,21 +7,17 @@ channel can want (most of them: a retry window, a success) costs no query at all
 
 from __future__ import annotations
 
-import json
-import logging
-import time
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 from django.utils import timezone
 
-from config.celery import publish_hint
 from envelopes.after_response import on_commit_later
+from outbound.doorbell import doorbell_answered, doorbell_ring
 
 from .models import MAX_REMINDERS, Channel, Notice, Watch
-
-logger = logging.getLogger(__name__)
 
 # The held state a step entered -> the event that announces it.
 ENTERED = {
@@ -85,8 +81,7 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
     if entered_at is None:
         return 0
     now = timezone.now()
-    announce = _announce_in_one_statement if connection.vendor == "postgresql" else _announce
-    channels, announced = announce(
+    channels, announced = _announce(
         team_id=team_id, event=event, step_id=step_id, tool=tool, entered_at=entered_at, now=now
     )
     if not channels:
@@ -111,76 +106,66 @@ Announced = tuple[list[Channel], list[Channel]]  # the channels that follow the 
 
 
 def _announce(*, team_id: int, event: str, step_id: int, tool: str, entered_at: datetime, now: datetime) -> Announced:
-    """Read the team's channels, write a notice for each that wants the event (two statements)."""
-    channels = [channel for channel in Channel.objects.enabled().filter(team_id=team_id) if channel.wants_tool(tool)]
-    told = [channel for channel in channels if event in channel.events]
-    # One announcement per (channel, step, event, entry): a repeated event adds nothing.
-    Notice.objects.bulk_create(
-        (
-            Notice(
-                team_id=team_id,
-                channel=channel,
-                event=event,
-                step_id=step_id,
-                tool=tool,
-                entered_at=entered_at,
-                created_at=now,
-            )
-            for channel in told
-        ),
-        ignore_conflicts=True,
-    )
-    return channels, told
-
-
-# The same in one round trip (this runs inside every transition that holds a step, so a team
-# with channels pays one statement, as a team without them does for the read alone).
-ANNOUNCE_SQL = """
-WITH chosen AS (
-    SELECT id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at
-    FROM notifications_channel
-    WHERE team_id = %(team)s AND disabled_at IS NULL AND (tools = '[]'::jsonb OR tools ? %(tool)s)
-), added AS (
-    INSERT INTO notifications_notice (team_id, channel_id, event, step_id, tool, entered_at, data, status, created_at)
-    SELECT %(team)s, id, %(event)s, %(step)s, %(tool)s, %(entered)s, '{}'::jsonb, 'pending', %(now)s
-    FROM chosen WHERE events ? %(event)s
-    ON CONFLICT DO NOTHING
-    RETURNING channel_id
-)
-SELECT id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, events ? %(event)s
-FROM chosen
-"""
-
-
-def _announce_in_one_statement(
-    *, team_id: int, event: str, step_id: int, tool: str, entered_at: datetime, now: datetime
-) -> Announced:
-    params: dict[str, int | str | datetime] = {
+    """Read the team's channels that follow the tool and write a notice for each that wants the
+    event: one statement on PostgreSQL (this runs inside every transition that holds a step, so
+    a team with channels pays one statement, as a team without them does for the read alone);
+    on SQLite, which has no writing WITH query, the same two parts one after the other."""
+    params = {
         "team": team_id,
         "tool": tool,
         "event": event,
         "step": step_id,
-        "entered": entered_at,
-        "now": now,
+        "entered": _prep("entered_at", entered_at),
+        "now": _prep("created_at", now),
+        "data": _prep("data", {}),
+        "status": Notice.Status.PENDING.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(ANNOUNCE_SQL, params)
-        rows = cursor.fetchall()
-    channels, told = [], []
-    for pk, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, wants in rows:
-        channel = Channel(
-            pk=pk,
-            team_id=team_id,
-            events=json.loads(events) if isinstance(events, str) else events,
-            remind_after_s=remind_after_s,
-            escalate_to_id=escalate_to_id,
-            escalate_after_s=escalate_after_s,
-            window_ends_at=window_ends_at,
-        )
-        channels.append(channel)
-        if wants:
-            told.append(channel)
-    return channels, told
+    statements = _announce_sql(connection.vendor)
+    *writes, read = statements
+    for write in writes:
+        with connection.cursor() as cursor:
+            cursor.execute(write, params)
+    channels = list(Channel.objects.raw(read, params))
+    return channels, [channel for channel in channels if channel.__dict__["wants_event"]]  # raw()'s extra column
+
+
+def _prep(name: str, value: object) -> Any:
+    """A value as the ORM would write it to Notice's column `name` (each database its own way)."""
+    field = Notice._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    return field.get_db_prep_save(value, connection=connection)
+
+
+# How each database asks whether a JSON list (the channel's tools, its events) holds a string.
+JSON_LIST = {
+    "postgresql": ("{column} = '[]'::jsonb", "{column} ? {value}"),
+    "sqlite": ("json_array_length({column}) = 0", "EXISTS (SELECT 1 FROM json_each({column}) WHERE value = {value})"),
+}
+
+
+@functools.cache
+def _announce_sql(vendor: str) -> tuple[str, ...]:
+    """The statements of `_announce`, the last one answering the channels that follow the tool
+    (enabled, every tool or this one), each with whether it wants the event; before it, the
+    INSERT of one notice for each that does. One announcement per (channel, step, event,
+    entry): a repeated event adds nothing (ON CONFLICT DO NOTHING)."""
+    empty, holds = JSON_LIST[vendor]
+    wants_event = holds.format(column="events", value="%(event)s")
+    follows_tool = f"{empty.format(column='tools')} OR {holds.format(column='tools', value='%(tool)s')}"
+    chosen = (
+        "SELECT id, team_id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, "  # noqa: S608 (no values)
+        f"{wants_event} AS wants_event FROM notifications_channel "
+        f"WHERE team_id = %(team)s AND disabled_at IS NULL AND ({follows_tool}) ORDER BY id"
+    )
+    insert = (
+        "INSERT INTO notifications_notice "
+        "(team_id, channel_id, event, step_id, tool, entered_at, data, status, created_at) "
+        "SELECT %(team)s, id, %(event)s, %(step)s, %(tool)s, %(entered)s, %(data)s, %(status)s, %(now)s "
+        "FROM chosen WHERE wants_event ON CONFLICT DO NOTHING"
+    )
+    if vendor == "postgresql":  # one round trip: the INSERT as a writing WITH query
+        return (f"WITH chosen AS ({chosen}), added AS ({insert}) SELECT * FROM chosen",)  # noqa: S608
+    return f"WITH chosen AS ({chosen}) {insert}", chosen
 
 
 def _moment(value: object) -> datetime | None:
@@ -221,22 +206,20 @@ def _halt_notices(*, team_id: int, data: dict[str, Any]) -> int:
     return len(channels)
 
 
-# One send task drains every pending notice, so a process asks for at most one a second: a burst
-# of held steps (before a worker has opened the channels' batching windows, or with no worker)
-# costs one broker publish, not one per request. A notice committed after that task ran waits for
-# beat's sweep (HOLDPOINT_SWEEP_SECONDS, 5 s): the enqueue is an optimisation, the sweep the rule.
+NOTIFY_TASK = "notifications.tasks.notify"
+# One send task drains every pending notice, so a burst of held steps (before a worker has opened
+# the channels' batching windows, or with no worker) rings once a second at most until it starts.
+# A notice committed after that task ran waits for beat's sweep at worst: the ring is an
+# optimisation, the sweep the rule.
 ENQUEUE_GAP_S = 1.0
-_clock = time.monotonic
-_last_enqueue = [-ENQUEUE_GAP_S]
 
 
 def enqueue_notify() -> None:
-    """Ask a worker to send now, unless this process asked within the last second. Never
-    raises: the notices are committed, and beat's sweep sends them anyway if the broker is down."""
-    now = _clock()
-    if now - _last_enqueue[0] < ENQUEUE_GAP_S:
-        return
-    _last_enqueue[0] = now
-    from .tasks import notify
+    """Ask a worker to send now (outbound.doorbell). Never raises: the notices are committed,
+    and beat's sweep sends them anyway if the broker is down."""
+    doorbell_ring(NOTIFY_TASK, quiet_s=ENQUEUE_GAP_S)
 
-    publish_hint(notify)  # never raises; with the broker down, beat's sweep sends them
+
+def notify_started() -> None:
+    """The send task has started: the next notice rings again."""
+    doorbell_answered(NOTIFY_TASK)

@@ -3,13 +3,12 @@
 A message is claimed under SKIP LOCKED with a lease (a worker that dies leaves it due again),
 sent with no transaction open, and its try recorded: success -> sent; a 410 -> the channel is
 disabled (its target is gone); anything else -> retried on the §5 schedule
-(`webhooks.delivery.retry_delay`), then dead. Each message is its own: a receiver that is down
+(`outbound.retry.retry_delay`), then dead. Each message is its own: a receiver that is down
 delays only its own channel's messages. A message whose steps were all decided before it went
 out is dropped, not sent. Email goes through Django's email backend (EMAIL_URL); Slack (its Block
-Kit built with slack_sdk's models) is POSTed like a webhook try, to an address vetted by
-webhooks.ssrf, within the same hard wall-clock deadline (webhooks.deadline: slack_sdk's
-WebhookClient, on urllib, bounds each read but not the try); webhook channels go through
-webhooks.delivery's signed, SSRF-pinned try.
+Kit built with slack_sdk's models) and webhook channels go through outbound.http, the try every
+outbound POST takes: to an address vetted by outbound.ssrf, within a hard wall-clock deadline
+(slack_sdk's WebhookClient, on urllib, bounds each read but not the try), signed for webhooks.
 """
 
 from __future__ import annotations
@@ -20,15 +19,15 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import httpx
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from webhooks import delivery, ssrf
-from webhooks.deadline import deadline_passed, try_deadline
+from outbound import http, ssrf
+from outbound.http import SEND_TIMEOUT
+from outbound.retry import retry_delay
 
 from .models import Channel, Message, SendTry
 from .services import channel_disable, notice_is_live
@@ -37,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 LEASE = timedelta(minutes=5)
 CLAIM_BATCH = 10
-SEND_TIMEOUT = 10.0
 SWEEP_BUDGET_SECONDS = 10.0
 ANSWER_BYTES = 200
 USER_AGENT = "Holdpoint-Notifications/1"
@@ -173,54 +171,12 @@ def _send_email(claimed: Claimed, *, timeout: float) -> Result:
     return Result(tried_at=tried_at, ok=True)
 
 
-@dataclass(frozen=True)
-class Posted:
-    """A JSON POST's answer: its status and the start of its body, or why there is none."""
-
-    status_code: int | None
-    body: str = ""
-    error: str = ""
-
-
-def json_post(url: str, body: bytes, *, timeout: float, user_agent: str = USER_AGENT) -> Posted:
-    """POST JSON to `url` at an address vetted by webhooks.ssrf (DNS re-resolved, every address
-    public unless HOLDPOINT_WEBHOOK_ALLOW_PRIVATE), without redirects or proxies, all within a
-    hard wall-clock deadline of `timeout` seconds (webhooks.deadline: a receiver that trickles
-    its answer a byte at a time is cut off there). At most ANSWER_BYTES of the answer are read.
-    Never raises for the receiver's faults. The error may hold the URL: callers hide it."""
-    try:
-        target = ssrf.url_check(url)
-    except ssrf.UnsafeTarget as refusal:
-        return Posted(None, error=f"refused: {refusal}")
-    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": user_agent, "Host": target.authority}
-    last_error: BaseException | None = None
-    with delivery.sending_client(timeout) as client, try_deadline(timeout):
-        try:
-            for address in target.addresses[: delivery.MAX_ADDRESSES_TRIED]:
-                request = client.build_request(
-                    "POST", target.pinned_url(address), content=body, headers=headers, extensions=target.extensions
-                )
-                try:
-                    response = client.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-                    last_error = error  # never sent: the next address may answer
-                    continue
-                try:
-                    answer = b""
-                    for chunk in response.iter_raw():
-                        answer += chunk
-                        if len(answer) >= ANSWER_BYTES:
-                            break
-                finally:
-                    response.close()
-                return Posted(response.status_code, answer[:ANSWER_BYTES].decode("utf-8", "replace"))
-        except httpx.HTTPError as error:
-            last_error = error
-        if deadline_passed():
-            return Posted(None, error=f"timeout: no answer within {timeout:g} s ({type(last_error).__name__})")
-    if isinstance(last_error, httpx.TimeoutException):
-        return Posted(None, error=f"timeout ({type(last_error).__name__})")
-    return Posted(None, error=f"{type(last_error).__name__}: {last_error}")
+def json_post(url: str, body: bytes, *, timeout: float, user_agent: str = USER_AGENT) -> http.Posted:
+    """POST JSON to `url` as every outbound try goes (outbound.http.post: a vetted address, no
+    redirects or proxies, a hard wall-clock deadline), reading at most ANSWER_BYTES of the
+    answer. Never raises for the receiver's faults. The error may hold the URL: callers hide it."""
+    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": user_agent}
+    return http.post(url, body, headers=headers, timeout=timeout, answer_bytes=ANSWER_BYTES)
 
 
 def _send_slack(claimed: Claimed, *, timeout: float) -> Result:
@@ -235,16 +191,8 @@ def _send_slack(claimed: Claimed, *, timeout: float) -> Result:
 
 
 def _send_webhook(claimed: Claimed, *, timeout: float) -> Result:
-    result = delivery.message_send(
-        delivery.Claimed(
-            pk=claimed.pk,
-            message_id=claimed.message_id,
-            body=claimed.body,
-            url=claimed.target,
-            secret=claimed.secret,
-            number=claimed.number,
-        ),
-        timeout=timeout,
+    result = http.signed_post(
+        url=claimed.target, secret=claimed.secret, message_id=claimed.message_id, body=claimed.body, timeout=timeout
     )
     return Result(
         tried_at=result.tried_at,
@@ -285,7 +233,7 @@ def try_record(claimed: Claimed, result: Result, *, now: datetime | None = None)
                 channel_disable(channel=channel, reason="410 Gone", now=now)
                 message.status = Message.Status.DEAD
             elif message.tries == claimed.number:
-                delay = delivery.retry_delay(message.tries, retry_after=result.retry_after)
+                delay = retry_delay(message.tries, retry_after=result.retry_after)
                 if delay is None:
                     message.status = Message.Status.DEAD
                 else:

@@ -19,8 +19,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from envelopes.models import TOOL_NAME_RE, Step, Team, Tool
-from webhooks import ssrf
-from webhooks.signing import secret_generate
+from outbound import ssrf
+from outbound.signing import secret_generate
 
 from . import content as contents
 from .consumer import ENTERED, watch_next_due

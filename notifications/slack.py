@@ -51,6 +51,7 @@ from envelopes.errors import StepNotFound
 from envelopes.models import Step
 from envelopes.presenters import step_representation
 from envelopes.services import step_lock_for_decision
+from outbound import ssrf
 from reviewers import errors, services
 from reviewers.services import step_etag
 
@@ -171,8 +172,6 @@ def press_value(press: Press) -> ApproveValue:
 def response_url_allowed(url: str) -> bool:
     """Slack's own https host; any http(s) host where webhooks may go to private addresses
     (development and tests). json_post vets the address besides."""
-    from webhooks import ssrf
-
     try:
         parsed = ssrf.url_parse(url)
     except ssrf.UnsafeTarget:

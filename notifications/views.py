@@ -7,16 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.once import once_claim, once_token
-from dashboard.shell import teams_of
+from dashboard.shell import (
+    HtmxHttpRequest,
+    dashboard_login_required,
+    memberships_of,
+    page_render,
+    teams_of,
+)
 from envelopes.models import Team
 
 from .forms import ChannelCreateForm, ChannelDisableForm, ChannelRotateForm
@@ -40,7 +44,7 @@ def _teams(request: HttpRequest) -> QuerySet[Team]:
 
 
 def _admin_team_ids(request: HttpRequest) -> set[int]:
-    return set(request.user.memberships.filter(role="admin").values_list("team_id", flat=True))  # type: ignore[union-attr]
+    return {membership.team_id for membership in memberships_of(request.user) if membership.role == "admin"}
 
 
 def _page(
@@ -61,7 +65,7 @@ def _page(
         .prefetch_related("send_tries")
         .order_by("-created_at", "-id")[:MESSAGE_LIMIT]
     )
-    response = render(
+    response = page_render(
         request,
         "notifications/channels.html",
         {
@@ -85,15 +89,15 @@ def _page(
     return response
 
 
-@login_required
+@dashboard_login_required
 @require_GET
-def channels_page(request: HttpRequest) -> HttpResponse:
+def channels_page(request: HtmxHttpRequest) -> HttpResponse:
     return _page(request)
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def channel_create_view(request: HttpRequest) -> HttpResponse:
+def channel_create_view(request: HtmxHttpRequest) -> HttpResponse:
     """A team admin adds a channel; a webhook channel's secret is shown once, in this answer."""
     form = ChannelCreateForm(request.POST)
     if not form.is_valid():
@@ -122,7 +126,7 @@ def channel_create_view(request: HttpRequest) -> HttpResponse:
     return _page(request, created=created.channel)
 
 
-def _admin_channel(request: HttpRequest, pk: int) -> Channel:
+def _admin_channel(request: HtmxHttpRequest, pk: int) -> Channel:
     channel = Channel.objects.filter(pk=pk, team__in=_teams(request)).select_related("team").first()
     if channel is None:
         raise Http404("No such channel in your teams.")
@@ -131,9 +135,9 @@ def _admin_channel(request: HttpRequest, pk: int) -> Channel:
     return channel
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def channel_test_view(request: HttpRequest, pk: int) -> HttpResponse:
+def channel_test_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Send a test message through the channel now, and say how it went."""
     channel = _admin_channel(request, pk)
     if channel.disabled:
@@ -150,9 +154,9 @@ def channel_test_view(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponseRedirect(reverse("notifications:channels"))
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def channel_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
+def channel_rotate_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     channel = _admin_channel(request, pk)
     form = ChannelRotateForm(request.POST)
     if not form.is_valid() or channel.kind != Channel.Kind.WEBHOOK:
@@ -163,9 +167,9 @@ def channel_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
     return _page(request, secret=NewSecret(channel, secret, rotated=True))
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def channel_disable_view(request: HttpRequest, pk: int) -> HttpResponse:
+def channel_disable_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     channel = _admin_channel(request, pk)
     if channel.disabled:
         messages.info(request, f"{channel.label} was already disabled; nothing changed.")

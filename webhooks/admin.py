@@ -18,11 +18,11 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from dashboard.once import once_claim, once_token
+from outbound import ssrf
+from outbound.signing import secret_generate
 
-from . import ssrf
 from .models import DeliveryTry, OutboxMessage, WebhookEndpoint
 from .services import WebhookError, endpoint_disable, endpoint_secret_rotate, message_redeliver
-from .signing import secret_generate
 
 ADMIN_CREATE = "admin-webhook-endpoint"
 ADMIN_ROTATE = "admin-webhook-rotate"

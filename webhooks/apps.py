@@ -8,8 +8,9 @@ class WebhooksConfig(AppConfig):
     def ready(self) -> None:
         from envelopes import events
 
+        from . import tasks  # noqa: F401 (registers the task the doorbell rings by name)
         from .outbox import event_emit, event_fold
 
-        # The webhook consumer of the core's event stream (§5); the hot path folds its INSERT into
-        # the statement that writes the event.
+        # The webhook consumer of the core's event stream (§5): one INSERT, which the core's
+        # PostgreSQL writer folds into the statement that writes the event.
         events.subscribe(event_emit, fold=event_fold)

@@ -6,7 +6,7 @@
 2. `message_send` re-checks the URL (DNS re-resolved, every address public), signs the body
    with this try's timestamp and POSTs it to a vetted address, without following redirects,
    within a hard wall-clock deadline (SEND_TIMEOUT for the whole try, however slowly the
-   receiver trickles its answer: `webhooks.deadline`). A try cut short is a failed try.
+   receiver trickles its answer): `outbound.http.signed_post`. A try cut short is a failed try.
 3. `try_record` appends the DeliveryTry and moves the message: 2xx -> delivered; 410 ->
    the endpoint is disabled and its pending messages are dead; anything else -> the next try
    after the schedule's delay (with jitter, or later if Retry-After asks), or dead after the
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from email.utils import parsedate_to_datetime
 
 import httpx
 from django.conf import settings
@@ -33,26 +31,17 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import ssrf
-from .deadline import deadline_passed, deadline_transport, try_deadline
+from outbound.http import SEND_TIMEOUT, Posted, sending_client, signed_post
+from outbound.retry import retry_delay
+
 from .models import DeliveryTry, OutboxMessage
 from .services import endpoint_disable
-from .signing import signed_headers
 
 logger = logging.getLogger(__name__)
 
-# Delays after each failed try: about 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h.
-RETRY_SCHEDULE = tuple(
-    timedelta(seconds=seconds) for seconds in (5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
-)
-MAX_TRIES = len(RETRY_SCHEDULE) + 1
-JITTER = 0.1  # each delay is stretched or shrunk by up to 10 %
 LEASE = timedelta(minutes=5)  # far above a batch's sends (CLAIM_BATCH x SEND_TIMEOUT)
-SEND_TIMEOUT = 10.0  # a try's wall-clock deadline, connect to answer, every address included
 CLAIM_BATCH = 5
 SWEEP_BUDGET_SECONDS = 10.0
-MAX_ADDRESSES_TRIED = 3
-USER_AGENT = "Holdpoint-Webhooks/1"
 
 
 @dataclass(frozen=True)
@@ -65,52 +54,6 @@ class Claimed:
     url: str
     secret: str
     number: int  # this try's number
-
-
-@dataclass(frozen=True)
-class SendResult:
-    tried_at: datetime
-    status_code: int | None = None
-    latency_ms: int | None = None
-    error: str = ""
-    retry_after: float | None = None  # seconds the receiver asked us to wait
-
-    @property
-    def delivered(self) -> bool:
-        return self.status_code is not None and 200 <= self.status_code < 300
-
-
-# --- timing ----------------------------------------------------------------------------------
-
-
-def retry_after_seconds(value: str | None, *, now: datetime) -> float | None:
-    """A Retry-After header, in seconds: delta-seconds or an HTTP date."""
-    if not value or not value.strip():
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    return max(0.0, (when - now).total_seconds())
-
-
-def retry_delay(tries: int, *, retry_after: float | None = None) -> timedelta | None:
-    """How long to wait after the `tries`-th try failed; None when it was the last.
-
-    Retry-After is honoured when it asks for longer than the schedule, up to the schedule's
-    longest delay (a receiver cannot park a message for a week)."""
-    if tries >= MAX_TRIES:
-        return None
-    base = RETRY_SCHEDULE[max(tries, 1) - 1].total_seconds()
-    seconds = base * random.uniform(1 - JITTER, 1 + JITTER)
-    if retry_after is not None and retry_after > seconds:
-        seconds = min(retry_after, RETRY_SCHEDULE[-1].total_seconds())
-    return timedelta(seconds=seconds)
 
 
 # --- 1. claim ----------------------------------------------------------------------------------
@@ -153,111 +96,25 @@ def messages_claim(*, now: datetime | None = None, limit: int = CLAIM_BATCH) -> 
 # --- 2. send -----------------------------------------------------------------------------------
 
 
-def _error_text(error: BaseException, claimed: Claimed, *, timeout: float) -> str:
-    """What went wrong, in words safe to show: never the URL (its path or query may be a
-    credential) nor the secret."""
-    if deadline_passed():
-        text = f"timeout: no answer within {timeout:g} s ({type(error).__name__})"
-    elif isinstance(error, httpx.TimeoutException):
-        text = f"timeout ({type(error).__name__})"
-    else:
-        text = f"{type(error).__name__}: {error}"
-    hidden = [claimed.url, claimed.secret]
-    with contextlib.suppress(httpx.InvalidURL):
-        hidden.append(httpx.URL(claimed.url).path)
-    for value in hidden:
-        if value and value != "/":
-            text = text.replace(value, "[hidden]")
-    return text[:300]
-
-
-def sending_client(timeout: float = SEND_TIMEOUT) -> httpx.Client:
-    """The HTTP client of a sweep. Building one costs ~17 ms (its TLS context loads the CA
-    bundle), more than a try on a near receiver, so a sweep builds one for all its tries. No
-    connection is kept alive: each try connects to the address it has just vetted, and a
-    connection pooled for one endpoint's host name is never reused for another's that shares
-    its address. trust_env=False: no proxy from the environment may route around the pinned
-    address. Its transport ends every operation at the try's deadline (`message_send`)."""
-    return httpx.Client(
-        timeout=timeout,
-        follow_redirects=False,
-        trust_env=False,
-        transport=deadline_transport(),
-    )
-
-
-def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT, client: httpx.Client | None = None) -> SendResult:
+def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT, client: httpx.Client | None = None) -> Posted:
     """One try: re-check the target, sign, POST to a vetted address, all within `timeout`
-    seconds of wall-clock time (only a DNS lookup that hangs can outlast it). Never raises for
-    the receiver's faults; they are the result. `client`: the sweep's (sending_client); without
-    one, the try builds its own."""
-    if client is None:
-        with sending_client(timeout) as own:
-            return message_send(claimed, timeout=timeout, client=own)
-    with try_deadline(timeout):
-        return _send(claimed, timeout=timeout, client=client)
-
-
-def _send(claimed: Claimed, *, timeout: float, client: httpx.Client) -> SendResult:
-    tried_at = timezone.now()
-    try:
-        target = ssrf.url_check(claimed.url)
-    except ssrf.UnsafeTarget as refusal:
-        return SendResult(tried_at=tried_at, error=f"refused: {refusal}"[:300])
-    body = claimed.body.encode("utf-8")
-    headers = {
-        **signed_headers(
-            secret=claimed.secret,
-            message_id=claimed.message_id,
-            timestamp=int(time.time()),
-            body=body,
-        ),
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "Host": target.authority,
-    }
-    started = time.perf_counter()
-    last_error: BaseException | None = None
-    for address in target.addresses[:MAX_ADDRESSES_TRIED]:
-        request = client.build_request(
-            "POST",
-            target.pinned_url(address),
-            content=body,
-            headers=headers,
-            extensions=target.extensions,
-        )
-        try:
-            response = client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-            last_error = error  # never sent: the next address may answer
-            continue
-        except httpx.HTTPError as error:
-            last_error = error
-            break
-        # The receiver's body is never read: its status is the whole answer.
-        response.close()
-        error_text = ""
-        if response.is_redirect:
-            error_text = "redirect not followed"
-        return SendResult(
-            tried_at=tried_at,
-            status_code=response.status_code,
-            latency_ms=int((time.perf_counter() - started) * 1000),
-            error=error_text,
-            retry_after=retry_after_seconds(response.headers.get("Retry-After"), now=tried_at),
-        )
-    assert last_error is not None
-    return SendResult(
-        tried_at=tried_at,
-        latency_ms=int((time.perf_counter() - started) * 1000),
-        error=_error_text(last_error, claimed, timeout=timeout),
+    seconds of wall-clock time (outbound.http.signed_post). Never raises for the receiver's
+    faults; they are the result. `client`: the sweep's (sending_client); without one, the try
+    builds its own."""
+    return signed_post(
+        url=claimed.url,
+        secret=claimed.secret,
+        message_id=claimed.message_id,
+        body=claimed.body,
+        timeout=timeout,
+        client=client,
     )
 
 
 # --- 3. record -------------------------------------------------------------------------------
 
 
-def try_record(claimed: Claimed, result: SendResult, *, now: datetime | None = None) -> str:
+def try_record(claimed: Claimed, result: Posted, *, now: datetime | None = None) -> str:
     """Append the try and move the message; returns the message's status after it."""
     now = now or timezone.now()
     with transaction.atomic():
@@ -367,7 +224,7 @@ def deliver_due_messages(
                     result = message_send(message, timeout=timeout, client=client)
                 except Exception as error:  # a bug must not strand the rest of the batch
                     logger.exception("webhook %s: the send failed", message.message_id)
-                    result = SendResult(tried_at=timezone.now(), error=f"internal error ({type(error).__name__})")
+                    result = Posted(tried_at=timezone.now(), error=f"internal error ({type(error).__name__})")
                 try_record(message, result)
                 tries += 1
         return tries

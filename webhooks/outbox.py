@@ -1,27 +1,33 @@
-"""Writing events to the outbox, inside the caller's transaction."""
+"""Writing events to the outbox, inside the caller's transaction: one statement, everywhere.
+
+The outbox's whole write is one INSERT ... SELECT that reads the team's active endpoints and
+writes a message for each (`event_fold`). The core's PostgreSQL writer runs it inside the
+statement that writes the event (`envelopes.events.Fold`); everywhere else the consumer
+(`event_emit`) runs the same statement on its own. Only how a random message id is spelled
+differs between the databases.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
 
-from config.celery import publish_hint
 from envelopes import hot_sql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
+from outbound.doorbell import doorbell_answered, doorbell_ring
 
 from .models import OutboxMessage, WebhookEndpoint
 
-logger = logging.getLogger(__name__)
+DELIVERY_TASK = "webhooks.tasks.deliver_due_messages"
+# The queued task claims every message committed before it starts: a burst of events rings once.
+DELIVERY_PENDING_SECONDS = 30
 
 
 def event_emit(
@@ -33,23 +39,30 @@ def event_emit(
 ) -> int:
     """Queue one message per active endpoint of the team; returns how many were queued.
 
-    `data` may be a callable, built only when the team has endpoints. A body already built (the
-    event stream's consumers get one) is written, on PostgreSQL, by one statement that reads
-    the endpoints and inserts the messages. Once the caller's transaction commits, a delivery
-    task is enqueued to cut the wait; the beat sweep delivers the messages anyway if that
-    enqueue is lost. In a request the enqueue waits until the response is sent
-    (envelopes.after_response)."""
-    if connection.vendor == "postgresql" and not callable(data):
-        queued = _queue_in_one_statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    else:
-        queued = _queue(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    _queued(queued)
+    `data` may be a callable, built only when the team has endpoints. Once the caller's
+    transaction commits, a delivery task is enqueued to cut the wait; the beat sweep delivers
+    the messages anyway if that enqueue is lost. In a request the enqueue waits until the
+    response is sent (envelopes.after_response)."""
+    if callable(data):
+        if not WebhookEndpoint.objects.filter(team_id=team_id, active=True).exists():
+            return 0  # no body is built for a team that has nowhere to send it
+        data = data()
+    fold = event_fold(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
+    queued = _run(fold)
+    fold.written(queued)
     return queued
 
 
-def _body(event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], now: Any) -> str:
-    if callable(data):
-        data = data()
+def _run(fold: Fold) -> int:
+    """The fold's statement on its own; how many messages it wrote (one row returned each)."""
+    if connection.vendor == "postgresql":
+        return hot_sql.execute_bound(fold.sql, fold.params)  # a prepared statement (envelopes.hot_sql)
+    with connection.cursor() as cursor:  # SQLite counts RETURNING's rows only once they are read
+        cursor.execute(fold.sql, fold.params)
+        return len(cursor.fetchall())
+
+
+def _body(event_type: str, data: dict[str, Any], now: Any) -> str:
     return json.dumps(
         {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": data},
         cls=DjangoJSONEncoder,
@@ -57,37 +70,21 @@ def _body(event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], 
     )
 
 
-def _queue(
-    *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
-) -> int:
-    endpoint_ids = list(WebhookEndpoint.objects.filter(team_id=team_id, active=True).values_list("id", flat=True))
-    if not endpoint_ids:
-        return 0
-    now = timezone.now()
-    body = _body(event_type, data, now)
-    OutboxMessage.objects.bulk_create(
-        OutboxMessage(
-            team_id=team_id,
-            endpoint_id=endpoint_id,
-            step_id=step_id,
-            message_id="msg_" + uuid.uuid4().hex,
-            event_type=event_type,
-            body=body,
-            next_try_at=now,
-        )
-        for endpoint_id in endpoint_ids
-    )
-    return len(endpoint_ids)
+# A random message id per row, in uuid4().hex's form (32 hex digits), as each database spells it.
+RANDOM_HEX = {
+    "postgresql": "replace(gen_random_uuid()::text, '-', '')",
+    "sqlite": "lower(hex(randomblob(16)))",
+}
 
 
 @functools.cache
-def _insert_from_endpoints() -> tuple[str, tuple[Any, ...]]:
-    """One INSERT ... SELECT writing a message per active endpoint of the team (on PostgreSQL):
-    one round trip instead of reading the endpoints and then inserting, on every transition of
-    every team (issue 14). Columns not set here take their model default as a parameter."""
+def _insert_from_endpoints(vendor: str) -> tuple[str, tuple[Any, ...]]:
+    """One INSERT ... SELECT writing a message per active endpoint of the team, one round trip
+    on every transition of every team. Columns not set here take their model default as a
+    parameter."""
     given = {"team": "%(team)s", "endpoint": "e.id", "step": "%(step)s", "event_type": "%(event_type)s"}
     given |= {"body": "%(body)s", "next_try_at": "%(now)s", "created_at": "%(now)s"}
-    given["message_id"] = "'msg_' || replace(gen_random_uuid()::text, '-', '')"  # uuid4().hex's form
+    given["message_id"] = f"'msg_' || {RANDOM_HEX[vendor]}"
     quote = connection.ops.quote_name
     columns, values, defaults = [], [], []
     for field in OutboxMessage._meta.concrete_fields:
@@ -102,43 +99,34 @@ def _insert_from_endpoints() -> tuple[str, tuple[Any, ...]]:
     sql = (
         f"INSERT INTO {quote(OutboxMessage._meta.db_table)} ({', '.join(columns)}) "  # noqa: S608 (names only)
         f"SELECT {', '.join(values)} FROM {quote(WebhookEndpoint._meta.db_table)} e "
-        f"WHERE e.team_id = %(team)s AND e.active ORDER BY e.id"
+        f"WHERE e.team_id = %(team)s AND e.active ORDER BY e.id RETURNING 1"
     )
     return sql, tuple(defaults)
 
 
-def _queue_in_one_statement(
-    *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
-) -> int:
-    sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    return hot_sql.execute_bound(sql, params)  # a prepared statement (envelopes.hot_sql)
-
-
 def _statement(
-    *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
+    *, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None
 ) -> tuple[str, dict[str, Any]]:
     now = timezone.now()
-    sql, defaults = _insert_from_endpoints()
+    sql, defaults = _insert_from_endpoints(connection.vendor)
     params: dict[str, Any] = {
         "team": team_id,
         "step": step_id,
         "event_type": event_type,
         "body": _body(event_type, data, now),
-        "now": now,
+        "now": OutboxMessage._meta.get_field("created_at").get_db_prep_save(now, connection=connection),
     }
     for field in defaults:
         params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
     return sql, params
 
 
-def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None) -> Fold | None:
-    """`event_emit`'s work as one INSERT that the core's hot path runs inside the statement that
-    writes the event (`envelopes.events.Fold`): the same messages, one round trip fewer on every
-    transition an agent causes (issue 14). PostgreSQL only, as `_queue_in_one_statement`."""
-    if connection.vendor != "postgresql":
-        return None
+def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None) -> Fold:
+    """`event_emit`'s work as its one INSERT (`envelopes.events.Fold`), which the core's
+    PostgreSQL writer runs inside the statement that writes the event, and `event_emit` runs
+    on its own: the same messages either way."""
     sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    return Fold(*hot_sql.positional(f"{sql} RETURNING 1", params), written=_queued)
+    return Fold(*hot_sql.positional(sql, params), written=_queued)
 
 
 def _queued(count: int) -> None:
@@ -146,43 +134,13 @@ def _queued(count: int) -> None:
         on_commit_later(enqueue_delivery)
 
 
-# While this key exists a delivery task is queued and has not started yet: it will claim every
-# message committed before it starts, so an event need not enqueue another. The task deletes
-# the key as it starts (an event committed after that enqueues one more); the timeout ends a
-# key whose task was lost. The cache is only a hint: without it, every event enqueues.
-DELIVERY_PENDING_KEY = "holdpoint:webhooks:delivery-pending"
-DELIVERY_PENDING_SECONDS = 30
-
-
 def enqueue_delivery() -> None:
-    """Ask a worker to deliver due messages now, unless a delivery task is already waiting to
-    start: a burst of events enqueues one task, not one per event. Never raises: a broker
-    outage must not break the request that emitted the event (the outbox row is already
-    committed, and beat's sweep delivers it)."""
-    try:
-        if not _delivery_pending_mark():
-            return
-        from .tasks import deliver_due_messages
-
-        if not publish_hint(deliver_due_messages):  # the broker is down: beat's sweep delivers
-            delivery_pending_clear()  # nothing is queued: the next event must try again
-    except Exception:
-        delivery_pending_clear()
-        logger.warning("could not enqueue webhook delivery; the sweep will send it", exc_info=True)
-
-
-def _delivery_pending_mark() -> bool:
-    """True when this caller should enqueue (it set the mark, or the cache cannot say)."""
-    try:
-        return bool(cache.add(DELIVERY_PENDING_KEY, 1, timeout=DELIVERY_PENDING_SECONDS))
-    except Exception:
-        logger.warning("the cache is unavailable; enqueueing webhook delivery unmarked", exc_info=True)
-        return True
+    """Ask a worker to deliver due messages now (outbound.doorbell: a burst of events rings
+    once until the task starts). Never raises: the outbox rows are committed, and beat's sweep
+    delivers them if the broker is down."""
+    doorbell_ring(DELIVERY_TASK, quiet_s=DELIVERY_PENDING_SECONDS)
 
 
 def delivery_pending_clear() -> None:
-    """A delivery task has started (or none was queued): the next event enqueues again."""
-    try:
-        cache.delete(DELIVERY_PENDING_KEY)
-    except Exception:
-        logger.warning("the cache is unavailable; the delivery mark expires by itself", exc_info=True)
+    """A delivery task has started: the next event rings again."""
+    doorbell_answered(DELIVERY_TASK)

@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from envelopes.after_response import on_commit_later
 from envelopes.models import Team
+from outbound import ssrf
+from outbound.signing import secret_generate
 
-from . import ssrf
 from .models import OutboxMessage, WebhookEndpoint
-from .signing import secret_generate
 
 
 class WebhookError(Exception):

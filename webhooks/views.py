@@ -6,19 +6,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.once import once_claim, once_token
-from dashboard.shell import teams_of
+from dashboard.shell import (
+    HtmxHttpRequest,
+    dashboard_login_required,
+    membership_in,
+    memberships_of,
+    page_render,
+    teams_of,
+)
 from envelopes.models import Team
+from outbound import ssrf
 
-from . import ssrf
 from .forms import EndpointCreateForm, EndpointDisableForm, EndpointRotateForm
 from .models import OutboxMessage, WebhookEndpoint
 from .services import WebhookError, endpoint_create, endpoint_disable, endpoint_secret_rotate, message_redeliver
@@ -41,7 +46,7 @@ def _teams(request: HttpRequest) -> QuerySet[Team]:
 
 
 def _admin_team_ids(request: HttpRequest) -> set[int]:
-    return set(request.user.memberships.filter(role="admin").values_list("team_id", flat=True))  # type: ignore[union-attr]
+    return {membership.team_id for membership in memberships_of(request.user) if membership.role == "admin"}
 
 
 def _page(
@@ -62,7 +67,7 @@ def _page(
     )
     endpoints = WebhookEndpoint.objects.filter(team__in=teams).select_related("team").order_by("id")
     admin_team_ids = _admin_team_ids(request)
-    response = render(
+    response = page_render(
         request,
         "webhooks/dead_letters.html",
         {
@@ -82,15 +87,15 @@ def _page(
     return response
 
 
-@login_required
+@dashboard_login_required
 @require_GET
-def dead_letters(request: HttpRequest) -> HttpResponse:
+def dead_letters(request: HtmxHttpRequest) -> HttpResponse:
     return _page(request)
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def endpoint_create_view(request: HttpRequest) -> HttpResponse:
+def endpoint_create_view(request: HtmxHttpRequest) -> HttpResponse:
     """A team admin registers an endpoint; its signing secret is shown once, in this answer."""
     form = EndpointCreateForm(request.POST)
     if not form.is_valid():
@@ -110,7 +115,7 @@ def endpoint_create_view(request: HttpRequest) -> HttpResponse:
     return _page(request, secret=NewSecret(created.endpoint, created.secret, rotated=False))
 
 
-def _admin_endpoint(request: HttpRequest, pk: int) -> WebhookEndpoint:
+def _admin_endpoint(request: HtmxHttpRequest, pk: int) -> WebhookEndpoint:
     endpoint = WebhookEndpoint.objects.filter(pk=pk, team__in=_teams(request)).select_related("team").first()
     if endpoint is None:
         raise Http404("No such endpoint in your teams.")
@@ -119,9 +124,9 @@ def _admin_endpoint(request: HttpRequest, pk: int) -> WebhookEndpoint:
     return endpoint
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def endpoint_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
+def endpoint_rotate_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A new signing secret, used from the next try on; shown once, in this answer."""
     endpoint = _admin_endpoint(request, pk)
     form = EndpointRotateForm(request.POST)
@@ -134,9 +139,9 @@ def endpoint_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
     return _page(request, secret=NewSecret(endpoint, secret, rotated=True))
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def endpoint_disable_view(request: HttpRequest, pk: int) -> HttpResponse:
+def endpoint_disable_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     endpoint = _admin_endpoint(request, pk)
     if not endpoint.active:
         messages.info(request, f"Endpoint #{endpoint.pk} was already disabled; nothing changed.")
@@ -148,13 +153,14 @@ def endpoint_disable_view(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponseRedirect(reverse("webhooks:dead-letters"))
 
 
-@login_required
+@dashboard_login_required
 @require_POST
-def redeliver(request: HttpRequest, pk: int) -> HttpResponse:
+def redeliver(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     message = OutboxMessage.objects.filter(pk=pk, team__in=_teams(request)).first()
     if message is None:
         raise Http404("No such message in your teams.")
-    if not request.user.memberships.filter(team_id=message.team_id, role="admin").exists():  # type: ignore[union-attr]
+    membership = membership_in(memberships_of(request.user), message.team_id)
+    if membership is None or membership.role != "admin":
         messages.error(request, "Only a team admin may redeliver webhooks.")
     else:
         try:

@@ -6,8 +6,8 @@ import pytest
 
 from envelopes.configuration import team_create
 from notifications.models import Channel
+from outbound.signing import secret_decode
 from tests.test_commands_shell import manage
-from webhooks.signing import secret_decode
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

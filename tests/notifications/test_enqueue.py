@@ -8,13 +8,15 @@ import pytest
 
 from notifications import consumer
 from notifications.tasks import notify
+from outbound import doorbell
 
 
 @pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def published(db: None, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    # `db`: on the embedded default the doorbell's mark lives in the cache table.
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(notify, "apply_async", lambda **kwargs: calls.append(kwargs))
-    monkeypatch.setattr(consumer, "_last_enqueue", [-consumer.ENQUEUE_GAP_S])
+    consumer.notify_started()  # no mark left by an earlier test
     return calls
 
 
@@ -22,7 +24,7 @@ def test_a_burst_of_held_steps_publishes_one_send_task_a_second(
     published: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(consumer, "_clock", lambda: now[0])
+    monkeypatch.setattr(doorbell, "_clock", lambda: now[0])
 
     for _ in range(50):  # fifty commits within the same instant
         consumer.enqueue_notify()
@@ -42,7 +44,7 @@ def test_a_broker_that_refuses_never_fails_the_commit(monkeypatch: pytest.Monkey
         raise ConnectionError("broker down")
 
     monkeypatch.setattr(notify, "apply_async", refuse)
-    monkeypatch.setattr(consumer, "_last_enqueue", [-consumer.ENQUEUE_GAP_S])
+    consumer.notify_started()
     consumer.enqueue_notify()  # logs a warning; beat's sweep sends the notices
 
 
@@ -59,8 +61,8 @@ def test_after_a_refused_publish_none_is_tried_for_a_while(monkeypatch: pytest.M
 
     monkeypatch.setattr(notify, "apply_async", refuse)
     now = [1000.0]
-    monkeypatch.setattr(consumer, "_clock", lambda: now[0])
-    monkeypatch.setattr(consumer, "_last_enqueue", [-consumer.ENQUEUE_GAP_S])
+    monkeypatch.setattr(doorbell, "_clock", lambda: now[0])
+    consumer.notify_started()
     for _ in range(3):
         consumer.enqueue_notify()
         now[0] += 1.1  # past the one-a-second gap

@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from standardwebhooks.webhooks import Webhook
 
 from envelopes.models import Team
+from outbound.signing import signed_headers
 from webhooks.models import WebhookEndpoint
-from webhooks.signing import signed_headers
 
 from .conftest import fake_resolver
 

@@ -13,17 +13,9 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from envelopes.models import Team
+from outbound.retry import MAX_TRIES, retry_after_seconds, retry_delay
 from webhooks import delivery
-from webhooks.delivery import (
-    LEASE,
-    MAX_TRIES,
-    deliver_due_messages,
-    message_send,
-    messages_claim,
-    retry_after_seconds,
-    retry_delay,
-    try_record,
-)
+from webhooks.delivery import LEASE, deliver_due_messages, message_send, messages_claim, try_record
 from webhooks.models import DeliveryTry, OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 from webhooks.services import endpoint_create, endpoint_disable

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from envelopes import services
 from envelopes.models import AuditEvent, Team
+from outbound.http import SEND_TIMEOUT
 from tests.conftest import error_envelope
 from tests.worker import Worker, wait_until
-from webhooks.delivery import SEND_TIMEOUT
 from webhooks.models import DeliveryTry, OutboxMessage
 from webhooks.outbox import event_emit
 from webhooks.services import endpoint_create

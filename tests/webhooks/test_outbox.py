@@ -135,8 +135,8 @@ def test_without_a_cache_every_event_still_enqueues(monkeypatch) -> None:  # typ
         raise ConnectionError("redis down")
 
     monkeypatch.setattr("webhooks.tasks.deliver_due_messages.apply_async", lambda **kwargs: sent.append(kwargs))
-    monkeypatch.setattr("webhooks.outbox.cache.add", cache_down)
-    monkeypatch.setattr("webhooks.outbox.cache.delete", cache_down)
+    monkeypatch.setattr("outbound.doorbell.cache.add", cache_down)
+    monkeypatch.setattr("outbound.doorbell.cache.delete", cache_down)
     enqueue_delivery()
     enqueue_delivery()
     assert len(sent) == 2

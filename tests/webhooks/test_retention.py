@@ -12,7 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from envelopes.models import Team
-from webhooks.delivery import MAX_TRIES, deliver_due_messages
+from outbound.retry import MAX_TRIES
+from webhooks.delivery import deliver_due_messages
 from webhooks.models import DeliveryTry, OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 from webhooks.retention import dead_letters_purge, delivered_messages_purge

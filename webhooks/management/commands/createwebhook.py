@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from envelopes.models import Team
+from outbound.ssrf import UnsafeTarget
 from webhooks.services import endpoint_create
-from webhooks.ssrf import UnsafeTarget
 
 
 class Command(BaseCommand):

@@ -1,4 +1,5 @@
-"""Where webhooks may go: public http(s) addresses only (contract §5).
+"""Where an outbound POST may go (webhooks, Slack and webhook notifications): public http(s)
+addresses only (contract §5).
 
 A URL is checked when an endpoint is registered and again before every try: the name is
 resolved and EVERY address it resolves to must be public, and the try then connects to one of

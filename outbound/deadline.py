@@ -1,4 +1,4 @@
-"""A hard wall-clock deadline for each webhook try.
+"""A hard wall-clock deadline for each outbound try (a webhook, a Slack or webhook notification).
 
 httpx's timeouts bound each network operation, not the request: a receiver that sends one
 byte every few seconds never trips a 10 s read timeout and holds the try (and the worker slot
@@ -107,7 +107,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
 
 def deadline_transport() -> httpx.HTTPTransport:
     """httpx's transport on the deadline backend: no proxy from the environment, no kept-alive
-    connection (see delivery.sending_client). httpx takes no network backend, so its pool is
+    connection (see outbound.http.sending_client). httpx takes no network backend, so its pool is
     replaced by an identical one that has it (tests/webhooks/test_deadline.py holds this to
     a receiver that trickles bytes)."""
     ssl_context = httpx.create_ssl_context(trust_env=False)  # built once (~17 ms), shared

@@ -6,9 +6,8 @@ import socket
 
 import pytest
 
-from webhooks.ssrf import UnsafeTarget, url_check
-
-from .conftest import fake_resolver
+from outbound.ssrf import UnsafeTarget, url_check
+from tests.webhooks.conftest import fake_resolver
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import time
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from webhooks.signing import InvalidSecret, secret_decode, secret_generate, signed_headers
+from outbound.signing import InvalidSecret, secret_decode, secret_generate, signed_headers
 
 BODY = b'{"type":"step.state_changed","timestamp":"2026-11-29T12:00:00Z","data":{}}'
 
