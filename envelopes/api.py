@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC
 from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.pagination import Cursor, CursorPagination
@@ -32,9 +30,10 @@ from .idempotency import (
 from .lifecycle import State
 from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
-from .presenters import decisions_prefetch, rfc3339, step_representation
+from .presenters import decisions_prefetch, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
 from .proposal import input_accept, proposals_load
+from .rfc3339 import parse_rfc3339, rfc3339
 
 REF_PARAMETER = OpenApiParameter(
     "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
@@ -272,7 +271,7 @@ class VerificationReportInput(StrictSerializer):
     checked_at = serializers.CharField(max_length=64)
 
     def validate_checked_at(self, value: str) -> Any:
-        parsed = schema.parse_rfc3339(value)
+        parsed = parse_rfc3339(value)
         if parsed is None:
             raise serializers.ValidationError("RFC 3339 time with an offset.", code="format")
         out_of_bounds = schema.time_window_error("checked_at", parsed, timezone.now())
@@ -374,13 +373,8 @@ class StepCursor(CursorPagination):
 
 def _cursor_time(text: str) -> str | None:
     """The position as the filter's own text (an aware time within datetime's range), else None."""
-    try:
-        moment = parse_datetime(text)
-        if moment is None or moment.tzinfo is None:
-            return None
-        return moment.astimezone(UTC).isoformat()
-    except (ValueError, OverflowError):
-        return None
+    moment = parse_rfc3339(text)
+    return moment.isoformat() if moment is not None else None
 
 
 class StepListInput(StrictSerializer):

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from config.celery import publish_hint
 from envelopes.after_response import on_commit_later
+from envelopes.rfc3339 import parse_rfc3339
 
 from .models import MAX_REMINDERS, Channel, Notice, Watch
 
@@ -184,12 +185,7 @@ def _announce_in_one_statement(
 
 
 def _moment(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_rfc3339(value) if isinstance(value, str) else None
 
 
 def _enqueue_if_sendable(channels: list[Channel], now: datetime) -> None:

@@ -18,6 +18,7 @@ from config.celery import publish_hint
 from envelopes import hot_sql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
+from envelopes.rfc3339 import rfc3339
 
 from .models import OutboxMessage, WebhookEndpoint
 
@@ -51,7 +52,7 @@ def _body(event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], 
     if callable(data):
         data = data()
     return json.dumps(
-        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": data},
+        {"type": event_type, "timestamp": rfc3339(now), "data": data},
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )

@@ -8,11 +8,11 @@ from urllib.parse import urlsplit
 
 from django import template
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
 from approvals import queries
 from dashboard.shell import teams_of
+from envelopes.rfc3339 import parse_rfc3339, rfc3339
 
 register = template.Library()
 
@@ -39,7 +39,7 @@ def relative(value: datetime, now: datetime | None = None) -> str:
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return rfc3339(value.astimezone(UTC), timespec="seconds") or ""
 
 
 def _absolute(value: datetime) -> str:
@@ -94,7 +94,7 @@ def absolute(value: datetime | None) -> str:
 @register.filter
 def isotime(value: str | None) -> str:
     """An RFC 3339 string from an audit record, shown like every other absolute time."""
-    parsed = parse_datetime(str(value or ""))
+    parsed = parse_rfc3339(str(value or ""))
     return _absolute(parsed) if parsed else str(value or "")
 
 
