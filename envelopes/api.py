@@ -10,13 +10,16 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers
-from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import hot, openapi, schema, services
+from .apikit.pagination import StepCursor
+from .apikit.parsers import read_limited
+from .apikit.problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
+from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
     IdempotencyInFlight,
@@ -29,9 +32,7 @@ from .idempotency import (
 )
 from .lifecycle import State
 from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
-from .parsers import read_limited
 from .presenters import decisions_prefetch, step_representation
-from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
 from .proposal import input_accept, proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
 
@@ -48,42 +49,6 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
         " another body; 409 idempotency_request_in_flight, with Retry-After, while the first request runs."
     ),
 )
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know (DRF ignores them by default)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {name: [serializers.ErrorDetail("Unknown field.", code="additionalProperties")] for name in unknown}
-                )
-        return super().to_internal_value(data)
-
-
-class WholeRegexField(serializers.RegexField):
-    """The pattern must match the whole value as sent: RegexField searches (Python's `$` also
-    matches before a final newline) and trims, so "send_email\\n" would pass as a tool name."""
-
-    def __init__(self, regex: str, **kwargs: Any) -> None:
-        super().__init__(regex, trim_whitespace=False, **kwargs)
-        self._whole = re.compile(regex)
-
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if self._whole.fullmatch(value) is None:
-            self.fail("invalid")
-        return value
-
-
-class PrintableCharField(serializers.CharField):
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if not value.isprintable():
-            raise serializers.ValidationError("Control characters are not allowed.", code="pattern")
-        return value
 
 
 def request_team(request: Request) -> Team:
@@ -246,7 +211,7 @@ class AttemptRequestApi(APIView):
         raw_body = getattr(request, "_raw_body", b"")
 
         def work() -> Response:
-            data = _attempt_request_plain(payload) or _valid(AttemptRequestInput, payload)
+            data = _attempt_request_plain(payload) or validated(AttemptRequestInput, payload)
             fields: dict[str, Any] = {
                 "team": request_team(request),
                 "operation_ref": _valid_ref(ref),
@@ -289,7 +254,7 @@ class VerificationReportApi(APIView):
         responses={200: openapi.STEP_ANSWER, **openapi.problem_responses()},
     )
     def post(self, request: Request, ref: str) -> Response:
-        data = _valid(VerificationReportInput, request.data)
+        data = validated(VerificationReportInput, request.data)
         answer = services.verification_report(
             team=request_team(request),
             operation_ref=_valid_ref(ref),
@@ -298,16 +263,6 @@ class VerificationReportApi(APIView):
             evidence_ref=data.get("evidence_ref", ""),
         )
         return Response(answer.as_dict())
-
-
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise exceptions.ValidationError(
-            {"non_field_errors": [serializers.ErrorDetail("Expected a JSON object.", code="type")]}
-        )
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data  # type: ignore[return-value]
 
 
 def _valid_ref(ref: str) -> str:
@@ -342,41 +297,6 @@ class StepDetailApi(APIView):
         return Response(step_representation(step), headers={"ETag": etag})
 
 
-class StepCursor(CursorPagination):
-    """Pages newest first. A cursor is opaque: one this API did not write (not base64, an offset
-    out of range, a position that is no time) is a 422 naming `cursor`. DRF's own decoder answers
-    404 for the first two and hands any position to the filter as text, which fails in the query."""
-
-    page_size = 50
-    max_page_size = 200
-    page_size_query_param = "limit"
-    ordering = ("-created_at", "-id")  # the position is the first field's: a time, for every subclass
-
-    def decode_cursor(self, request: Request) -> Cursor | None:
-        try:
-            cursor = super().decode_cursor(request)
-        except exceptions.NotFound:
-            cursor = None
-        else:
-            if cursor is None or cursor.position is None:
-                return cursor
-            position = _cursor_time(str(cursor.position))
-            if position is not None:
-                # The position is the ordering field's text (DRF's stubs call it an int).
-                return cursor._replace(position=position)  # type: ignore[arg-type]
-        refused = serializers.ErrorDetail("Not a cursor this API wrote: follow `next` as given.", code="invalid")
-        raise exceptions.ValidationError({"cursor": [refused]})
-
-    def get_paginated_response(self, data: Any) -> Response:
-        return Response({"results": data, "next": self.get_next_link()})
-
-
-def _cursor_time(text: str) -> str | None:
-    """The position as the filter's own text (an aware time within datetime's range), else None."""
-    moment = parse_rfc3339(text)
-    return moment.isoformat() if moment is not None else None
-
-
 class StepListInput(StrictSerializer):
     state = serializers.ChoiceField([s.value for s in State], required=False)
     tool = WholeRegexField(schema.TOOL_PATTERN, max_length=100, required=False)
@@ -393,7 +313,7 @@ class StepListApi(APIView):
         responses={200: openapi.STEP_LIST, **openapi.problem_responses()},
     )
     def get(self, request: Request) -> Response:
-        filters = _valid(StepListInput, request.query_params.dict())
+        filters = validated(StepListInput, request.query_params.dict())
         steps = _steps(request)
         if "state" in filters:
             steps = steps.filter(state=filters["state"])

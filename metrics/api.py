@@ -14,7 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from envelopes import openapi
-from envelopes.api import StrictSerializer, request_team
+from envelopes.api import request_team
+from envelopes.apikit.serializers import StrictSerializer
 from envelopes.models import TOOL_NAME_RE, Tool
 from envelopes.rfc3339 import parse_rfc3339
 from envelopes.services import ToolNotFound
