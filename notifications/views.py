@@ -4,8 +4,6 @@ webhook channel's signing secret (shown once, in the answer that made it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -15,7 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token, url_host
 from dashboard.shell import teams_of
 from envelopes.models import Team
 
@@ -26,13 +24,6 @@ from .services import ChannelInvalid, channel_create, channel_disable, channel_s
 
 CHANNEL_LIMIT = 100
 MESSAGE_LIMIT = 50
-
-
-@dataclass(frozen=True)
-class NewSecret:
-    channel: Channel
-    secret: str
-    rotated: bool
 
 
 def _teams(request: HttpRequest) -> QuerySet[Team]:
@@ -47,7 +38,7 @@ def _page(
     request: HttpRequest,
     *,
     form: ChannelCreateForm | None = None,
-    secret: NewSecret | None = None,
+    secret: ShownOnce | None = None,
     created: Channel | None = None,
     repeated: bool = False,
     status: int = 200,
@@ -118,7 +109,7 @@ def channel_create_view(request: HttpRequest) -> HttpResponse:
         form.add_error(refusal.field if refusal.field in form.fields else None, str(refusal))
         return _page(request, form=form, status=400)
     if created.secret:
-        return _page(request, secret=NewSecret(created.channel, created.secret, rotated=False))
+        return _page(request, secret=_shown(created.channel, created.secret, rotated=False))
     return _page(request, created=created.channel)
 
 
@@ -160,7 +151,12 @@ def channel_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not once_claim(user_id=request.user.pk, purpose=f"channel-rotate:{channel.pk}", token=form.cleaned_data["once"]):
         return _page(request, repeated=True)
     secret = channel_secret_rotate(channel=channel)
-    return _page(request, secret=NewSecret(channel, secret, rotated=True))
+    return _page(request, secret=_shown(channel, secret, rotated=True))
+
+
+def _shown(channel: Channel, secret: str, *, rotated: bool) -> ShownOnce:
+    subject = f"{channel.label} on {url_host(channel.target)}"
+    return ShownOnce.signing_secret(secret, subject=subject, rotated=rotated, made="Added")
 
 
 @login_required

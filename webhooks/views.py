@@ -3,8 +3,6 @@ endpoints (a signing secret is shown once, in the answer that made it) and redel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -14,7 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token, url_host
 from dashboard.shell import teams_of
 from envelopes.models import Team
 
@@ -25,15 +23,6 @@ from .services import WebhookError, endpoint_create, endpoint_disable, endpoint_
 
 DEAD_LETTER_LIMIT = 100
 ENDPOINT_LIMIT = 100
-
-
-@dataclass(frozen=True)
-class NewSecret:
-    """A signing secret to show once: a new endpoint's, or a rotated one."""
-
-    endpoint: WebhookEndpoint
-    secret: str
-    rotated: bool
 
 
 def _teams(request: HttpRequest) -> QuerySet[Team]:
@@ -48,7 +37,7 @@ def _page(
     request: HttpRequest,
     *,
     form: EndpointCreateForm | None = None,
-    secret: NewSecret | None = None,
+    secret: ShownOnce | None = None,
     repeated: bool = False,
     status: int = 200,
 ) -> HttpResponse:
@@ -107,7 +96,7 @@ def endpoint_create_view(request: HttpRequest) -> HttpResponse:
     except ssrf.UnsafeTarget as refusal:
         form.add_error("url", str(refusal))
         return _page(request, form=form, status=400)
-    return _page(request, secret=NewSecret(created.endpoint, created.secret, rotated=False))
+    return _page(request, secret=_shown(created.endpoint, created.secret, rotated=False))
 
 
 def _admin_endpoint(request: HttpRequest, pk: int) -> WebhookEndpoint:
@@ -131,7 +120,12 @@ def endpoint_rotate_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not once_claim(user_id=request.user.pk, purpose=purpose, token=form.cleaned_data["once"]):
         return _page(request, repeated=True)
     secret = endpoint_secret_rotate(endpoint=endpoint)
-    return _page(request, secret=NewSecret(endpoint, secret, rotated=True))
+    return _page(request, secret=_shown(endpoint, secret, rotated=True))
+
+
+def _shown(endpoint: WebhookEndpoint, secret: str, *, rotated: bool) -> ShownOnce:
+    subject = f"endpoint #{endpoint.pk} on {url_host(endpoint.url)}"
+    return ShownOnce.signing_secret(secret, subject=subject, rotated=rotated, made="Registered")
 
 
 @login_required

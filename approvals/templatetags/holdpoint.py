@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
 from approvals import queries
+from dashboard.once import url_host
 from dashboard.shell import teams_of
 from envelopes.rfc3339 import parse_rfc3339, rfc3339
 
@@ -141,9 +141,7 @@ def capped(count: int) -> str:
 @register.filter
 def host(url: str) -> str:
     """A webhook endpoint's host, never its path or query (which may carry a token)."""
-    parts = urlsplit(str(url or ""))
-    name = parts.hostname or "endpoint"
-    return f"{name}:{parts.port}" if parts.port else name
+    return url_host(url)
 
 
 DECIDED = {
