@@ -34,9 +34,9 @@ from dashboard.shell import (
     teams_of,
     tools_of,
 )
+from envelopes.errors import StepNotFound
 from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
-from envelopes.services import StepNotFound
 
 from . import inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm

@@ -109,11 +109,11 @@ def parts(key: str, repeat: int) -> list[tuple[str, float]]:
     from rest_framework.test import APIRequestFactory
 
     from envelopes import schema
-    from envelopes.schema import validation
     from envelopes.auth import ApiKeyAuthentication, ApiKeyRateThrottle
     from envelopes.models import ApiKey, Step
     from envelopes.presenters import step_representation
     from envelopes.redaction import looks_like_instruction, redact
+    from envelopes.schema import validation
 
     now = datetime.now(UTC)
     body = envelope()

@@ -9,16 +9,15 @@ from typing import Any, TypeGuard
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import hot, openapi, schema, services
+from . import errors, hot, openapi, schema, services
 from .apikit.pagination import StepCursor
-from .apikit.parsers import read_limited
-from .apikit.problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
+from .apikit.problems import CONTENT_TYPE, problem_exception_handler
 from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
@@ -35,20 +34,6 @@ from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import input_accept, proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
-
-REF_PARAMETER = OpenApiParameter(
-    "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
-)
-IDEMPOTENCY_PARAMETER = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description=(
-        "Replays the stored answer for the same body (refusals included); 422 idempotency_key_reused for"
-        " another body; 409 idempotency_request_in_flight, with Retry-After, while the first request runs."
-    ),
-)
 
 
 def request_team(request: Request) -> Team:
@@ -112,7 +97,7 @@ class EnvelopeIngestApi(APIView):
     @extend_schema(
         operation_id="envelope_ingest",
         summary="Ingest one tool-result envelope (canonical, compact or MCP dialect)",
-        parameters=[IDEMPOTENCY_PARAMETER],
+        parameters=[openapi.IDEMPOTENCY_PARAMETER],
         request={
             "application/json": schema.ENVELOPE_SCHEMA,
             'application/json; profile="compact"': schema.COMPACT_SCHEMA,
@@ -124,7 +109,7 @@ class EnvelopeIngestApi(APIView):
         try:
             dialect = schema.dialect_from_content_type(request.content_type or "")
         except schema.EnvelopeRejected as rejected:
-            raise services.EnvelopeInvalid(rejected) from rejected
+            raise errors.EnvelopeInvalid(rejected) from rejected
         payload = request.data
         raw_body = getattr(request, "_raw_body", b"")
 
@@ -201,7 +186,7 @@ class AttemptRequestApi(APIView):
     @extend_schema(
         operation_id="attempt_request",
         summary="The attempt gate: ask before every write",
-        parameters=[REF_PARAMETER, IDEMPOTENCY_PARAMETER],
+        parameters=[openapi.REF_PARAMETER, openapi.IDEMPOTENCY_PARAMETER],
         request=AttemptRequestInput,
         responses={201: openapi.ATTEMPT_GRANT, **openapi.ATTEMPT_PROBLEMS},
         examples=openapi.ATTEMPT_REQUEST_EXAMPLES,
@@ -249,7 +234,7 @@ class VerificationReportApi(APIView):
     @extend_schema(
         operation_id="verification_report",
         summary="Report a lookup of the step's write by operation_ref",
-        parameters=[REF_PARAMETER],
+        parameters=[openapi.REF_PARAMETER],
         request=VerificationReportInput,
         responses={200: openapi.STEP_ANSWER, **openapi.problem_responses()},
     )
@@ -267,7 +252,7 @@ class VerificationReportApi(APIView):
 
 def _valid_ref(ref: str) -> str:
     if not 1 <= len(ref) <= 200 or not ref.isprintable():
-        raise services.StepNotFound("No such step: an operation_ref is 1..200 printable characters.")
+        raise errors.StepNotFound("No such step: an operation_ref is 1..200 printable characters.")
     return ref
 
 
@@ -283,14 +268,14 @@ class StepDetailApi(APIView):
     @extend_schema(
         operation_id="step_read",
         summary="A step: state, directive, attempts, last envelope, decisions, proposal",
-        parameters=[REF_PARAMETER],
+        parameters=[openapi.REF_PARAMETER],
         responses={200: openapi.STEP, 304: None, **openapi.problem_responses()},
         examples=[openapi.STEP_EXAMPLE],
     )
     def get(self, request: Request, ref: str) -> Response:
         step = _steps(request).filter(operation_ref=_valid_ref(ref)).first()
         if step is None:
-            raise services.StepNotFound("No such step in this team.")
+            raise errors.StepNotFound("No such step in this team.")
         etag = f'"{step.pk}.{step.version}"'
         if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
             return Response(status=304, headers={"ETag": etag})
@@ -332,7 +317,7 @@ def _tool(request: Request, name: str) -> Tool:
     if re.fullmatch(schema.TOOL_PATTERN, name):
         tool = Tool.objects.for_team(request_team(request)).filter(name=name).first()
     if tool is None:
-        raise services.ToolNotFound(f"No tool {name!r} in this team.")
+        raise errors.ToolNotFound(f"No tool {name!r} in this team.")
     return tool
 
 
@@ -375,7 +360,7 @@ class RunSkippedApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         if not 1 <= len(run_id) <= 200 or not run_id.isprintable():
-            raise services.HoldpointError("A run_id is 1..200 printable characters.")
+            raise errors.HoldpointError("A run_id is 1..200 printable characters.")
         skipped = SkippedResource.objects.filter(team=request_team(request), run_id=run_id).order_by(
             "occurred_at", "id"
         )[:1000]
@@ -395,5 +380,3 @@ class RunSkippedApi(APIView):
             }
         )
 
-
-__all__ = ["read_limited", "retry_after_header"]

@@ -16,9 +16,9 @@ from rest_framework.views import APIView
 from envelopes import openapi
 from envelopes.api import request_team
 from envelopes.apikit.serializers import StrictSerializer
+from envelopes.errors import ToolNotFound
 from envelopes.models import TOOL_NAME_RE, Tool
 from envelopes.rfc3339 import parse_rfc3339
-from envelopes.services import ToolNotFound
 
 from .queries import DEFAULT_WINDOW, MAX_WINDOW, tool_metrics
 

@@ -24,6 +24,7 @@ from envelopes.apikit.parsers import EnvelopeJSONParser, decode_json, read_limit
 from envelopes.apikit.serializers import StrictSerializer, validated
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
+from envelopes.openapi import REF_PARAMETER  # the agent API's: the same ref, URL-encoded
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
 from envelopes.proposal import proposals_load
 
@@ -109,7 +110,7 @@ class TeamStepApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_step_read",
         summary="A step of the team (the §4 shape) with its ETag, for deciding with If-Match",
-        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_NONE_MATCH_PARAMETER],
+        parameters=[openapi.TEAM_PARAMETER, REF_PARAMETER, openapi.IF_NONE_MATCH_PARAMETER],
         responses={200: openapi.STEP, 304: None, **openapi.READ_PROBLEMS},
         tags=["reviewers"],
     )
@@ -150,7 +151,7 @@ class StepDecisionApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_decide",
         summary="Decide on a held step, if it is still the version the If-Match ETag names",
-        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_MATCH_PARAMETER],
+        parameters=[openapi.TEAM_PARAMETER, REF_PARAMETER, openapi.IF_MATCH_PARAMETER],
         request=DecisionInput,
         responses={201: openapi.DECISION_ANSWER, **openapi.DECISION_PROBLEMS},
         examples=openapi.DECISION_EXAMPLES,
