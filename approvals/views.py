@@ -23,7 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token
 from dashboard.shell import (
     HtmxHttpRequest,
     dashboard_login_required,
@@ -34,9 +34,9 @@ from dashboard.shell import (
     teams_of,
     tools_of,
 )
+from envelopes.errors import StepNotFound
 from envelopes.models import ApiKey, Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
-from envelopes.services import StepNotFound
 
 from . import inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
@@ -531,9 +531,9 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
     """The keys of the user's teams: every member sees their prefixes, a team's admins create
     and revoke them. A new key is shown once, in the answer to the POST that made it (never in
     a URL, a flash message or the session), and that answer is not cached; posting the same
-    form again (a reload) creates nothing (approvals/once.py)."""
+    form again (a reload) creates nothing (dashboard/once.py)."""
     memberships = memberships_of(request.user)
-    form, created, repeated, status = ApiKeyCreateForm(), None, False, 200
+    form, shown, repeated, status = ApiKeyCreateForm(), None, False, 200
     if request.method == "POST":
         form = ApiKeyCreateForm(request.POST)
         if not form.is_valid():
@@ -547,6 +547,14 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
                     created = api_key_create_by_admin(team=team, actor=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
                 except PermissionError as refused:
                     raise PermissionDenied(str(refused)) from refused
+                shown = ShownOnce(
+                    secret=created.raw,
+                    heading=f"New key for {team.slug}: {created.api_key.name}",
+                    advice="Copy it now: it is not stored and will not be shown again.",
+                    name="key",
+                    code_id="new-api-key",
+                    copy_label="Copy the new API key",
+                )
             else:
                 repeated = True
             form = ApiKeyCreateForm()
@@ -555,7 +563,7 @@ def api_keys(request: HtmxHttpRequest) -> HttpResponse:
         "page": Paginator(keys.order_by("team__slug", "-created_at", "-pk"), 100).get_page(request.GET.get("page")),
         "form": form,
         "once": once_token(),
-        "created": created,
+        "shown": shown,
         "repeated": repeated,
         "admin_teams": [m.team for m in memberships if m.can_administer],
         "admin_team_ids": {m.team_id for m in memberships if m.can_administer},

@@ -2,7 +2,7 @@
 
 A PostgreSQL restart, failover or a full connection slot makes every statement fail for a while
 with a connection error. That is the service being unavailable, not a bug: the API answers 503
-problem+json (`database_unavailable`, through `envelopes.problems`' handler) and every other
+problem+json (`database_unavailable`, through `envelopes.apikit.problems`' handler) and every other
 page a plain 503, both with Retry-After, so agents and browsers try again instead of reporting
 a failure. The dead connection is closed by Django at the request's end (it is no longer
 usable), and the next request opens a new one: service resumes with the first request after

@@ -245,13 +245,13 @@ CONTENT_SECURITY_POLICY = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["envelopes.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["envelopes.auth.HasTeamKey"],
-    "DEFAULT_PARSER_CLASSES": ["envelopes.parsers.EnvelopeJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["envelopes.apikit.parsers.EnvelopeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON for */* and application/json without parsing Accept; anything else as DRF does.
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "envelopes.hot_api.JsonFirstNegotiation",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "envelopes.apikit.negotiation.JsonFirstNegotiation",
     "DEFAULT_THROTTLE_CLASSES": ["envelopes.auth.ApiKeyRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api_key": env.str("HOLDPOINT_API_RATE", default="6000/min")},
-    "EXCEPTION_HANDLER": "envelopes.problems.problem_exception_handler",
+    "EXCEPTION_HANDLER": "envelopes.apikit.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -266,7 +266,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "OAS_VERSION": "3.1.0",
 }
-# Form bodies (the API's JSON bodies have their own 64 KiB limit, envelopes/parsers.py). The
+# Form bodies (the API's JSON bodies have their own 64 KiB limit, envelopes/apikit/parsers.py). The
 # dashboard's "Edit and approve" form posts an input of up to 32 KiB canonical as indented JSON
 # (multipart, not percent-encoded): room for its indentation, and for the form's own clear refusal
 # of a longer text (approvals/forms.py, INPUT_TEXT_MAX) to answer before this one does.

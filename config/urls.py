@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from envelopes import api, health
-from envelopes.problems import api_not_found
+from envelopes.apikit.problems import api_not_found
 
 api_v1 = [
     path("envelopes", api.EnvelopeIngestApi.as_view(), name="envelope-ingest"),

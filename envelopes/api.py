@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC
 from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers
-from rest_framework.pagination import Cursor, CursorPagination
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import hot, openapi, schema, services
+from . import errors, hot, openapi, schema, services
+from .apikit.pagination import StepCursor
+from .apikit.problems import CONTENT_TYPE, problem_exception_handler
+from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
     IdempotencyInFlight,
@@ -31,60 +31,9 @@ from .idempotency import (
 )
 from .lifecycle import State
 from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
-from .parsers import read_limited
-from .presenters import decisions_prefetch, rfc3339, step_representation
-from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
+from .presenters import decisions_prefetch, step_representation
 from .proposal import input_accept, proposals_load
-
-REF_PARAMETER = OpenApiParameter(
-    "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
-)
-IDEMPOTENCY_PARAMETER = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description=(
-        "Replays the stored answer for the same body (refusals included); 422 idempotency_key_reused for"
-        " another body; 409 idempotency_request_in_flight, with Retry-After, while the first request runs."
-    ),
-)
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know (DRF ignores them by default)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {name: [serializers.ErrorDetail("Unknown field.", code="additionalProperties")] for name in unknown}
-                )
-        return super().to_internal_value(data)
-
-
-class WholeRegexField(serializers.RegexField):
-    """The pattern must match the whole value as sent: RegexField searches (Python's `$` also
-    matches before a final newline) and trims, so "send_email\\n" would pass as a tool name."""
-
-    def __init__(self, regex: str, **kwargs: Any) -> None:
-        super().__init__(regex, trim_whitespace=False, **kwargs)
-        self._whole = re.compile(regex)
-
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if self._whole.fullmatch(value) is None:
-            self.fail("invalid")
-        return value
-
-
-class PrintableCharField(serializers.CharField):
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if not value.isprintable():
-            raise serializers.ValidationError("Control characters are not allowed.", code="pattern")
-        return value
+from .rfc3339 import parse_rfc3339, rfc3339
 
 
 def request_team(request: Request) -> Team:
@@ -148,7 +97,7 @@ class EnvelopeIngestApi(APIView):
     @extend_schema(
         operation_id="envelope_ingest",
         summary="Ingest one tool-result envelope (canonical, compact or MCP dialect)",
-        parameters=[IDEMPOTENCY_PARAMETER],
+        parameters=[openapi.IDEMPOTENCY_PARAMETER],
         request={
             "application/json": schema.ENVELOPE_SCHEMA,
             'application/json; profile="compact"': schema.COMPACT_SCHEMA,
@@ -160,7 +109,7 @@ class EnvelopeIngestApi(APIView):
         try:
             dialect = schema.dialect_from_content_type(request.content_type or "")
         except schema.EnvelopeRejected as rejected:
-            raise services.EnvelopeInvalid(rejected) from rejected
+            raise errors.EnvelopeInvalid(rejected) from rejected
         payload = request.data
         raw_body = getattr(request, "_raw_body", b"")
 
@@ -237,7 +186,7 @@ class AttemptRequestApi(APIView):
     @extend_schema(
         operation_id="attempt_request",
         summary="The attempt gate: ask before every write",
-        parameters=[REF_PARAMETER, IDEMPOTENCY_PARAMETER],
+        parameters=[openapi.REF_PARAMETER, openapi.IDEMPOTENCY_PARAMETER],
         request=AttemptRequestInput,
         responses={201: openapi.ATTEMPT_GRANT, **openapi.ATTEMPT_PROBLEMS},
         examples=openapi.ATTEMPT_REQUEST_EXAMPLES,
@@ -247,7 +196,7 @@ class AttemptRequestApi(APIView):
         raw_body = getattr(request, "_raw_body", b"")
 
         def work() -> Response:
-            data = _attempt_request_plain(payload) or _valid(AttemptRequestInput, payload)
+            data = _attempt_request_plain(payload) or validated(AttemptRequestInput, payload)
             fields: dict[str, Any] = {
                 "team": request_team(request),
                 "operation_ref": _valid_ref(ref),
@@ -272,7 +221,7 @@ class VerificationReportInput(StrictSerializer):
     checked_at = serializers.CharField(max_length=64)
 
     def validate_checked_at(self, value: str) -> Any:
-        parsed = schema.parse_rfc3339(value)
+        parsed = parse_rfc3339(value)
         if parsed is None:
             raise serializers.ValidationError("RFC 3339 time with an offset.", code="format")
         out_of_bounds = schema.time_window_error("checked_at", parsed, timezone.now())
@@ -285,12 +234,12 @@ class VerificationReportApi(APIView):
     @extend_schema(
         operation_id="verification_report",
         summary="Report a lookup of the step's write by operation_ref",
-        parameters=[REF_PARAMETER],
+        parameters=[openapi.REF_PARAMETER],
         request=VerificationReportInput,
         responses={200: openapi.STEP_ANSWER, **openapi.problem_responses()},
     )
     def post(self, request: Request, ref: str) -> Response:
-        data = _valid(VerificationReportInput, request.data)
+        data = validated(VerificationReportInput, request.data)
         answer = services.verification_report(
             team=request_team(request),
             operation_ref=_valid_ref(ref),
@@ -301,19 +250,9 @@ class VerificationReportApi(APIView):
         return Response(answer.as_dict())
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise exceptions.ValidationError(
-            {"non_field_errors": [serializers.ErrorDetail("Expected a JSON object.", code="type")]}
-        )
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data  # type: ignore[return-value]
-
-
 def _valid_ref(ref: str) -> str:
     if not 1 <= len(ref) <= 200 or not ref.isprintable():
-        raise services.StepNotFound("No such step: an operation_ref is 1..200 printable characters.")
+        raise errors.StepNotFound("No such step: an operation_ref is 1..200 printable characters.")
     return ref
 
 
@@ -329,58 +268,18 @@ class StepDetailApi(APIView):
     @extend_schema(
         operation_id="step_read",
         summary="A step: state, directive, attempts, last envelope, decisions, proposal",
-        parameters=[REF_PARAMETER],
+        parameters=[openapi.REF_PARAMETER],
         responses={200: openapi.STEP, 304: None, **openapi.problem_responses()},
         examples=[openapi.STEP_EXAMPLE],
     )
     def get(self, request: Request, ref: str) -> Response:
         step = _steps(request).filter(operation_ref=_valid_ref(ref)).first()
         if step is None:
-            raise services.StepNotFound("No such step in this team.")
+            raise errors.StepNotFound("No such step in this team.")
         etag = f'"{step.pk}.{step.version}"'
         if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
             return Response(status=304, headers={"ETag": etag})
         return Response(step_representation(step), headers={"ETag": etag})
-
-
-class StepCursor(CursorPagination):
-    """Pages newest first. A cursor is opaque: one this API did not write (not base64, an offset
-    out of range, a position that is no time) is a 422 naming `cursor`. DRF's own decoder answers
-    404 for the first two and hands any position to the filter as text, which fails in the query."""
-
-    page_size = 50
-    max_page_size = 200
-    page_size_query_param = "limit"
-    ordering = ("-created_at", "-id")  # the position is the first field's: a time, for every subclass
-
-    def decode_cursor(self, request: Request) -> Cursor | None:
-        try:
-            cursor = super().decode_cursor(request)
-        except exceptions.NotFound:
-            cursor = None
-        else:
-            if cursor is None or cursor.position is None:
-                return cursor
-            position = _cursor_time(str(cursor.position))
-            if position is not None:
-                # The position is the ordering field's text (DRF's stubs call it an int).
-                return cursor._replace(position=position)  # type: ignore[arg-type]
-        refused = serializers.ErrorDetail("Not a cursor this API wrote: follow `next` as given.", code="invalid")
-        raise exceptions.ValidationError({"cursor": [refused]})
-
-    def get_paginated_response(self, data: Any) -> Response:
-        return Response({"results": data, "next": self.get_next_link()})
-
-
-def _cursor_time(text: str) -> str | None:
-    """The position as the filter's own text (an aware time within datetime's range), else None."""
-    try:
-        moment = parse_datetime(text)
-        if moment is None or moment.tzinfo is None:
-            return None
-        return moment.astimezone(UTC).isoformat()
-    except (ValueError, OverflowError):
-        return None
 
 
 class StepListInput(StrictSerializer):
@@ -399,7 +298,7 @@ class StepListApi(APIView):
         responses={200: openapi.STEP_LIST, **openapi.problem_responses()},
     )
     def get(self, request: Request) -> Response:
-        filters = _valid(StepListInput, request.query_params.dict())
+        filters = validated(StepListInput, request.query_params.dict())
         steps = _steps(request)
         if "state" in filters:
             steps = steps.filter(state=filters["state"])
@@ -418,7 +317,7 @@ def _tool(request: Request, name: str) -> Tool:
     if re.fullmatch(schema.TOOL_PATTERN, name):
         tool = Tool.objects.for_team(request_team(request)).filter(name=name).first()
     if tool is None:
-        raise services.ToolNotFound(f"No tool {name!r} in this team.")
+        raise errors.ToolNotFound(f"No tool {name!r} in this team.")
     return tool
 
 
@@ -461,7 +360,7 @@ class RunSkippedApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         if not 1 <= len(run_id) <= 200 or not run_id.isprintable():
-            raise services.HoldpointError("A run_id is 1..200 printable characters.")
+            raise errors.HoldpointError("A run_id is 1..200 printable characters.")
         skipped = SkippedResource.objects.filter(team=request_team(request), run_id=run_id).order_by(
             "occurred_at", "id"
         )[:1000]
@@ -481,5 +380,3 @@ class RunSkippedApi(APIView):
             }
         )
 
-
-__all__ = ["read_limited", "retry_after_header"]

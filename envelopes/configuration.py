@@ -15,7 +15,7 @@ from django.utils import timezone
 from .audit import audit_append
 from .auth import api_keys_changed
 from .models import TOOL_NAME_RE, ApiKey, AuditEvent, ErrorCode, Team, Tool
-from .services import tool_get_or_register
+from .transitions import tool_get_or_register
 
 TOOL_SETTINGS = {
     "side_effects": bool,

@@ -1,6 +1,6 @@
 """The envelope's shapes as plain JSON Schema (CONTRACT.md section 2).
 
-They are the single source of truth: `schema.py` validates with them, and the OpenAPI
+They are the single source of truth: `schema/` validates with them, and the OpenAPI
 document publishes them, so they stay plain JSON.
 """
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
 from .lifecycle import State
 from .proposal import INPUT_MAX_BYTES, INPUT_MAX_DEPTH
+
+REF_PARAMETER = OpenApiParameter(
+    "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
+)
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "Replays the stored answer for the same body (refusals included); 422 idempotency_key_reused for"
+        " another body; 409 idempotency_request_in_flight, with Retry-After, while the first request runs."
+    ),
+)
 
 _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}

@@ -11,12 +11,7 @@ from django.db.models import Prefetch
 from . import lifecycle
 from .models import Envelope, Step
 from .proposal import proposal_of
-
-
-def rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.isoformat().replace("+00:00", "Z")
+from .rfc3339 import rfc3339
 
 
 def directive_representation(step: Step, *, reason: str = "", not_before: datetime | None = None) -> dict[str, Any]:

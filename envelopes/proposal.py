@@ -245,7 +245,7 @@ class Proposal:
     proposed_at: datetime
 
     def as_dict(self) -> dict[str, Any]:
-        from .presenters import rfc3339
+        from .rfc3339 import rfc3339
 
         return {
             "attempt": self.attempt,

@@ -28,9 +28,10 @@ from .errors import (
 )
 from .events import event_emit
 from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Team, Tool
-from .presenters import rfc3339, step_representation
+from .presenters import step_representation
 from .proposal import AcceptedInput, Proposal, input_accept, proposal_remember
 from .redaction import redact_body, redact_json
+from .rfc3339 import rfc3339
 from .transitions import (
     AGENT,
     SYSTEM,

@@ -31,12 +31,6 @@ def sweep_due_steps() -> int:
 
 
 @shared_task
-def fire_step_timer(step_id: int) -> bool:
-    """A countdown that speeds one timer up; the sweep would fire it anyway."""
-    return services.step_fire_timer(step_id=step_id)
-
-
-@shared_task
 def purge_idempotency_keys() -> int:
     """Beat, hourly: forget stored answers past HOLDPOINT_IDEMPOTENCY_TTL_HOURS."""
     return idempotency_purge()

@@ -14,9 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from envelopes import openapi
-from envelopes.api import StrictSerializer, request_team
+from envelopes.api import request_team
+from envelopes.apikit.serializers import StrictSerializer
+from envelopes.errors import ToolNotFound
 from envelopes.models import TOOL_NAME_RE, Tool
-from envelopes.services import ToolNotFound
+from envelopes.rfc3339 import parse_rfc3339
 
 from .queries import DEFAULT_WINDOW, MAX_WINDOW, tool_metrics
 
@@ -108,14 +110,8 @@ def parse_time(value: str) -> datetime | None:
     value = value[:19] + value[19:].replace(" ", "+")
     if not 20 <= len(value) <= 40 or value[10:11] not in ("T", "t"):
         return None
-    try:
-        parsed = datetime.fromisoformat(value.upper() if value.endswith("z") else value)
-        if parsed.tzinfo is None:
-            return None
-        in_utc = parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
-    return in_utc if _EARLIEST <= in_utc <= _LATEST else None
+    in_utc = parse_rfc3339(value)
+    return in_utc if in_utc is not None and _EARLIEST <= in_utc <= _LATEST else None
 
 
 class MetricsWindowInput(StrictSerializer):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from django.db.models import Case, ExpressionWrapper, F, FloatField, IntegerField, Value, When
 from django.db.models.functions import Cast, Floor, Ln
@@ -86,7 +86,3 @@ def percentiles(histogram: Mapping[str, int] | Mapping[int, int], *percents: int
 
 def percentile(histogram: Mapping[str, int] | Mapping[int, int], percent: int) -> float | None:
     return percentiles(histogram, percent)[0]
-
-
-def from_samples(samples: Iterable[float]) -> Histogram:
-    return Counter(str(bucket_of(sample)) for sample in samples)

@@ -18,7 +18,7 @@ from django.db.models import Count, Min, Q
 
 from envelopes.lifecycle import HELD
 from envelopes.models import ErrorCode, Step, Tool
-from envelopes.presenters import rfc3339
+from envelopes.rfc3339 import rfc3339
 
 from .activity import attempts_per_step as _attempts_per_step
 from .activity import ceil_day, ceil_hour, floor_day, floor_hour

@@ -15,6 +15,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from envelopes.after_response import on_commit_later
+from envelopes.rfc3339 import parse_rfc3339
 from outbound.doorbell import doorbell_answered, doorbell_ring
 
 from .models import MAX_REMINDERS, Channel, Notice, Watch
@@ -169,12 +170,7 @@ def _announce_sql(vendor: str) -> tuple[str, ...]:
 
 
 def _moment(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_rfc3339(value) if isinstance(value, str) else None
 
 
 def _enqueue_if_sendable(channels: list[Channel], now: datetime) -> None:

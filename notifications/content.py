@@ -33,7 +33,8 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from envelopes.presenters import rfc3339, step_representation
+from envelopes.presenters import step_representation
+from envelopes.rfc3339 import rfc3339
 
 from .models import Notice
 from .slack_buttons import approve_value, fingerprint_shown

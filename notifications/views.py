@@ -4,8 +4,6 @@ webhook channel's signing secret (shown once, in the answer that made it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -13,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token, url_host
 from dashboard.shell import (
     HtmxHttpRequest,
     dashboard_login_required,
@@ -32,13 +30,6 @@ CHANNEL_LIMIT = 100
 MESSAGE_LIMIT = 50
 
 
-@dataclass(frozen=True)
-class NewSecret:
-    channel: Channel
-    secret: str
-    rotated: bool
-
-
 def _teams(request: HttpRequest) -> QuerySet[Team]:
     return teams_of(request.user)
 
@@ -51,7 +42,7 @@ def _page(
     request: HttpRequest,
     *,
     form: ChannelCreateForm | None = None,
-    secret: NewSecret | None = None,
+    secret: ShownOnce | None = None,
     created: Channel | None = None,
     repeated: bool = False,
     status: int = 200,
@@ -122,7 +113,7 @@ def channel_create_view(request: HtmxHttpRequest) -> HttpResponse:
         form.add_error(refusal.field if refusal.field in form.fields else None, str(refusal))
         return _page(request, form=form, status=400)
     if created.secret:
-        return _page(request, secret=NewSecret(created.channel, created.secret, rotated=False))
+        return _page(request, secret=_shown(created.channel, created.secret, rotated=False))
     return _page(request, created=created.channel)
 
 
@@ -164,7 +155,12 @@ def channel_rotate_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not once_claim(user_id=request.user.pk, purpose=f"channel-rotate:{channel.pk}", token=form.cleaned_data["once"]):
         return _page(request, repeated=True)
     secret = channel_secret_rotate(channel=channel)
-    return _page(request, secret=NewSecret(channel, secret, rotated=True))
+    return _page(request, secret=_shown(channel, secret, rotated=True))
+
+
+def _shown(channel: Channel, secret: str, *, rotated: bool) -> ShownOnce:
+    subject = f"{channel.label} on {url_host(channel.target)}"
+    return ShownOnce.signing_secret(secret, subject=subject, rotated=rotated, made="Added")
 
 
 @dashboard_login_required

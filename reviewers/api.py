@@ -7,7 +7,6 @@ the dashboard form's decision service.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +19,12 @@ from rest_framework.views import APIView
 
 from approvals.models import Decision
 from approvals.queries import STEP_QUEUES
-from envelopes.api import StepCursor, StrictSerializer, _valid
+from envelopes.apikit.pagination import StepCursor
+from envelopes.apikit.parsers import EnvelopeJSONParser, decode_json, read_limited
+from envelopes.apikit.serializers import StrictSerializer, validated
 from envelopes.errors import HoldpointError
 from envelopes.models import Step, Team
-from envelopes.parsers import EnvelopeJSONParser, _reject_constant, read_limited
+from envelopes.openapi import REF_PARAMETER  # the agent API's: the same ref, URL-encoded
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
 from envelopes.proposal import proposals_load
 
@@ -56,11 +57,7 @@ class DecisionJSONParser(EnvelopeJSONParser):
     edit form refuses duplicate keys too)."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
-        body = read_limited(stream)
-        try:
-            return json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise exceptions.ParseError(f"Malformed JSON: {error}") from error
+        return decode_json(read_limited(stream), object_pairs_hook=_unique_keys)
 
 
 class ReviewerApiView(APIView):
@@ -100,7 +97,7 @@ class TeamQueueApi(ReviewerApiView):
     )
     def get(self, request: Request, team: str) -> Response:
         found = self.team(request, team)
-        filters = _valid(QueueInput, request.query_params.dict())
+        filters = validated(QueueInput, request.query_params.dict())
         queue = QUEUE_KINDS[filters["kind"]]
         steps = _for_step_shape(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
         paginator = QueueCursor()
@@ -113,7 +110,7 @@ class TeamStepApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_step_read",
         summary="A step of the team (the §4 shape) with its ETag, for deciding with If-Match",
-        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_NONE_MATCH_PARAMETER],
+        parameters=[openapi.TEAM_PARAMETER, REF_PARAMETER, openapi.IF_NONE_MATCH_PARAMETER],
         responses={200: openapi.STEP, 304: None, **openapi.READ_PROBLEMS},
         tags=["reviewers"],
     )
@@ -154,7 +151,7 @@ class StepDecisionApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_decide",
         summary="Decide on a held step, if it is still the version the If-Match ETag names",
-        parameters=[openapi.TEAM_PARAMETER, openapi.REF_PARAMETER, openapi.IF_MATCH_PARAMETER],
+        parameters=[openapi.TEAM_PARAMETER, REF_PARAMETER, openapi.IF_MATCH_PARAMETER],
         request=DecisionInput,
         responses={201: openapi.DECISION_ANSWER, **openapi.DECISION_PROBLEMS},
         examples=openapi.DECISION_EXAMPLES,
@@ -167,7 +164,7 @@ class StepDecisionApi(ReviewerApiView):
         except HoldpointError as refused:
             decision_refusal_log(user=request.user, team_slug=team, action=_action_of(request), refused=refused)  # type: ignore[arg-type]
             raise
-        data = _valid(DecisionInput, request.data)
+        data = validated(DecisionInput, request.data)
         result = decide_with_etag(
             user=request.user,  # type: ignore[arg-type]
             team_slug=team,

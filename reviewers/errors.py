@@ -1,5 +1,5 @@
 """The reviewer API's refusals (contract §10). Each is a HoldpointError, so the API's one
-exception handler (envelopes.problems) answers it as problem+json with its stable `code`."""
+exception handler (envelopes.apikit.problems) answers it as problem+json with its stable `code`."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
-from envelopes.api import REF_PARAMETER as REF_PARAMETER  # the agent API's: the same ref, URL-encoded
 from envelopes.openapi import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, STEP_SCHEMA
 
 _TIME = {"type": "string", "format": "date-time"}

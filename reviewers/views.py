@@ -6,10 +6,12 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import date
 from django.urls import reverse
+from django.utils.timezone import localtime
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token
 from dashboard.shell import HtmxHttpRequest, dashboard_login_required, memberships_of, page_render
 
 from .forms import ReviewerTokenCreateForm
@@ -39,13 +41,26 @@ def tokens(request: HtmxHttpRequest) -> HttpResponse:
         "page": Paginator(owned, 100).get_page(request.GET.get("page")),
         "form": form,
         "once": once_token(),
-        "created": created,
+        "shown": _token_shown(created) if created is not None else None,
         "repeated": repeated,
         "memberships": memberships_of(request.user),
     }
     response = page_render(request, "reviewers/tokens.html", context, status=status)
     response["Cache-Control"] = "no-store"
     return response
+
+
+def _token_shown(created: NewReviewerToken) -> ShownOnce:
+    expires_at = created.token.expires_at
+    expires = f" It expires {date(localtime(expires_at), 'j M Y H:i')} UTC." if expires_at else ""
+    return ShownOnce(
+        secret=created.raw,
+        heading=f"New token: {created.token.name}",
+        advice=f"Copy it now: it is not stored and will not be shown again.{expires}",
+        name="token",
+        code_id="new-reviewer-token",
+        copy_label="Copy the new token",
+    )
 
 
 def _create(request: HtmxHttpRequest, form: ReviewerTokenCreateForm) -> NewReviewerToken:

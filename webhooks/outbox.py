@@ -21,6 +21,7 @@ from django.utils import timezone
 from envelopes import hot_sql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
+from envelopes.rfc3339 import rfc3339
 from outbound.doorbell import doorbell_answered, doorbell_ring
 
 from .models import OutboxMessage, WebhookEndpoint
@@ -64,7 +65,7 @@ def _run(fold: Fold) -> int:
 
 def _body(event_type: str, data: dict[str, Any], now: Any) -> str:
     return json.dumps(
-        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": data},
+        {"type": event_type, "timestamp": rfc3339(now), "data": data},
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )

@@ -3,8 +3,6 @@ endpoints (a signing secret is shown once, in the answer that made it) and redel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max, QuerySet
@@ -12,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.once import once_claim, once_token
+from dashboard.once import ShownOnce, once_claim, once_token, url_host
 from dashboard.shell import (
     HtmxHttpRequest,
     dashboard_login_required,
@@ -32,15 +30,6 @@ DEAD_LETTER_LIMIT = 100
 ENDPOINT_LIMIT = 100
 
 
-@dataclass(frozen=True)
-class NewSecret:
-    """A signing secret to show once: a new endpoint's, or a rotated one."""
-
-    endpoint: WebhookEndpoint
-    secret: str
-    rotated: bool
-
-
 def _teams(request: HttpRequest) -> QuerySet[Team]:
     return teams_of(request.user)
 
@@ -53,7 +42,7 @@ def _page(
     request: HttpRequest,
     *,
     form: EndpointCreateForm | None = None,
-    secret: NewSecret | None = None,
+    secret: ShownOnce | None = None,
     repeated: bool = False,
     status: int = 200,
 ) -> HttpResponse:
@@ -112,7 +101,7 @@ def endpoint_create_view(request: HtmxHttpRequest) -> HttpResponse:
     except ssrf.UnsafeTarget as refusal:
         form.add_error("url", str(refusal))
         return _page(request, form=form, status=400)
-    return _page(request, secret=NewSecret(created.endpoint, created.secret, rotated=False))
+    return _page(request, secret=_shown(created.endpoint, created.secret, rotated=False))
 
 
 def _admin_endpoint(request: HtmxHttpRequest, pk: int) -> WebhookEndpoint:
@@ -136,7 +125,12 @@ def endpoint_rotate_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not once_claim(user_id=request.user.pk, purpose=purpose, token=form.cleaned_data["once"]):
         return _page(request, repeated=True)
     secret = endpoint_secret_rotate(endpoint=endpoint)
-    return _page(request, secret=NewSecret(endpoint, secret, rotated=True))
+    return _page(request, secret=_shown(endpoint, secret, rotated=True))
+
+
+def _shown(endpoint: WebhookEndpoint, secret: str, *, rotated: bool) -> ShownOnce:
+    subject = f"endpoint #{endpoint.pk} on {url_host(endpoint.url)}"
+    return ShownOnce.signing_secret(secret, subject=subject, rotated=rotated, made="Registered")
 
 
 @dashboard_login_required

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django import template
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
 from approvals import queries
+from dashboard.once import url_host
 from dashboard.shell import teams_of
+from envelopes.rfc3339 import parse_rfc3339, rfc3339
 
 register = template.Library()
 
@@ -39,7 +39,7 @@ def relative(value: datetime, now: datetime | None = None) -> str:
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return rfc3339(value.astimezone(UTC), timespec="seconds") or ""
 
 
 def _absolute(value: datetime) -> str:
@@ -94,7 +94,7 @@ def absolute(value: datetime | None) -> str:
 @register.filter
 def isotime(value: str | None) -> str:
     """An RFC 3339 string from an audit record, shown like every other absolute time."""
-    parsed = parse_datetime(str(value or ""))
+    parsed = parse_rfc3339(str(value or ""))
     return _absolute(parsed) if parsed else str(value or "")
 
 
@@ -141,9 +141,7 @@ def capped(count: int) -> str:
 @register.filter
 def host(url: str) -> str:
     """A webhook endpoint's host, never its path or query (which may carry a token)."""
-    parts = urlsplit(str(url or ""))
-    name = parts.hostname or "endpoint"
-    return f"{name}:{parts.port}" if parts.port else name
+    return url_host(url)
 
 
 DECIDED = {

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from envelopes import services
+from envelopes import errors, services
 from envelopes.models import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,7 +156,7 @@ def test_each_open_step_gets_the_standing_its_history_gives_it() -> None:
     assert services.step_fire_timer(step_id=steps["stale"].pk)
     stale = Step.objects.get(operation_ref="stale")
     assert (stale.state, stale.reason) == ("cancelled", "approval_expired")
-    with pytest.raises(services.AttemptRefused) as refused:
+    with pytest.raises(errors.AttemptRefused) as refused:
         services.attempt_request(team=team, operation_ref="bypassed", tool_name="issue_refund", fingerprint=FP)
     assert refused.value.code == "approval_pending"
     assert Step.objects.get(operation_ref="bypassed").state == "awaiting_approval"

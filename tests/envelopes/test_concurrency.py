@@ -14,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.services import DecisionRefused, step_decide
-from envelopes import services
+from envelopes import errors, services
 from envelopes.audit import audit_verify
 from envelopes.models import AuditEvent, Envelope, Step
 from tests.conftest import AgentClient, error_envelope, fingerprint
@@ -156,7 +156,7 @@ def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outco
     def ask() -> str:
         try:
             services.attempt_request(team=team, operation_ref="race/lapse", tool_name="create_invoice", fingerprint=fp)
-        except services.AttemptRefused as refused:
+        except errors.AttemptRefused as refused:
             return refused.code
         return "granted"
 

@@ -23,7 +23,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from envelopes import schema
 from envelopes.contract import (
     CATEGORIES,
     CODE_PATTERN,
@@ -38,7 +37,7 @@ from envelopes.contract import (
     SUCCESS_ENVELOPE_SCHEMA,
     TOOL_PATTERN,
 )
-from envelopes.schema import EnvelopeRejected, ToolContext, parse_envelope
+from envelopes.schema import EnvelopeRejected, ToolContext, parse, parse_envelope, validation
 from tests.conftest import error_envelope as invalid_recipient
 
 RECEIVED = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -50,11 +49,11 @@ EDGES = settings(
 )
 
 SHAPES = {
-    "error": schema._ERROR_SHAPE,
-    "success": schema._SUCCESS_SHAPE,
-    "undecided": schema._UNDECIDED_SHAPE,
-    "compact": schema._COMPACT_SHAPE,
-    "mcp": schema._MCP_SHAPE,
+    "error": validation._ERROR_SHAPE,
+    "success": validation._SUCCESS_SHAPE,
+    "undecided": validation._UNDECIDED_SHAPE,
+    "compact": validation._COMPACT_SHAPE,
+    "mcp": validation._MCP_SHAPE,
 }
 
 
@@ -74,14 +73,14 @@ def reference_outcome(payload: Any, dialect: str = "canonical", context: ToolCon
     """What `parse_envelope` answers with the jsonschema reference alone and every text redacted
     afresh: the module as it was before the fast check and the clean-text cache."""
     with (
-        patch.object(schema._Shape, "is_valid", lambda self, body: False),
-        patch.object(schema, "_CLEAN_TEXTS", {}),
-        patch.object(schema, "_CLEAN_TEXT_MAX_LENGTH", -1),
+        patch.object(validation._Shape, "is_valid", lambda self, body: False),
+        patch.object(parse, "_CLEAN_TEXTS", {}),
+        patch.object(parse, "_CLEAN_TEXT_MAX_LENGTH", -1),
     ):
         return outcome(payload, dialect, context)
 
 
-def reference_valid(shape: schema._Shape, body: Any) -> bool:
+def reference_valid(shape: validation._Shape, body: Any) -> bool:
     return next(iter(shape.validator.iter_errors(body)), None) is None
 
 
@@ -95,7 +94,7 @@ def json_through_and_through(body: Any) -> bool:
     return True
 
 
-def assert_same_verdict(shape: schema._Shape, body: Any) -> None:
+def assert_same_verdict(shape: validation._Shape, body: Any) -> None:
     fast, reference = shape.is_valid(body), reference_valid(shape, body)
     assert reference or not fast, "the fast check accepted what the reference rejects"
     if json_through_and_through(body):
@@ -579,10 +578,10 @@ COMPACT = {
 )
 def test_a_valid_envelope_is_accepted_without_the_reference_validator(dialect: str, payload: dict[str, Any]) -> None:
     with (
-        patch.object(schema._ERROR_SHAPE, "validator", _Refuses(schema._ERROR_VALIDATOR)),
-        patch.object(schema._SUCCESS_SHAPE, "validator", _Refuses(schema._SUCCESS_VALIDATOR)),
-        patch.object(schema._COMPACT_SHAPE, "validator", _Refuses(schema._COMPACT_VALIDATOR)),
-        patch.object(schema._MCP_SHAPE, "validator", _Refuses(schema._MCP_VALIDATOR)),
+        patch.object(validation._ERROR_SHAPE, "validator", _Refuses(validation._ERROR_VALIDATOR)),
+        patch.object(validation._SUCCESS_SHAPE, "validator", _Refuses(validation._SUCCESS_VALIDATOR)),
+        patch.object(validation._COMPACT_SHAPE, "validator", _Refuses(validation._COMPACT_VALIDATOR)),
+        patch.object(validation._MCP_SHAPE, "validator", _Refuses(validation._MCP_VALIDATOR)),
     ):
         answer = outcome(payload, dialect)
     assert answer[0] == "parsed"
@@ -603,8 +602,8 @@ def test_a_text_that_held_a_secret_is_never_kept() -> None:
     )
     assert "hunter2" not in parsed.agent_message
     assert "redacted" in parsed.flags
-    assert secret not in schema._CLEAN_TEXTS
-    assert clean in schema._CLEAN_TEXTS
+    assert secret not in parse._CLEAN_TEXTS
+    assert clean in parse._CLEAN_TEXTS
 
 
 def test_a_cached_text_keeps_its_instruction_flag() -> None:
@@ -615,18 +614,18 @@ def test_a_cached_text_keeps_its_instruction_flag() -> None:
         )
         for _ in range(2)
     )
-    assert message in schema._CLEAN_TEXTS
+    assert message in parse._CLEAN_TEXTS
     assert first == second
     assert "suspicious_text" in second.flags
 
 
 def test_the_clean_text_cache_stays_bounded() -> None:
-    with patch.object(schema, "_CLEAN_TEXTS", {}):
-        for index in range(schema._CLEAN_TEXTS_MAX + 10):
-            schema._sanitised(f"message {index}")
-        assert 0 < len(schema._CLEAN_TEXTS) <= schema._CLEAN_TEXTS_MAX
-        schema._sanitised("m" * (schema._CLEAN_TEXT_MAX_LENGTH + 1))
-        assert "m" * (schema._CLEAN_TEXT_MAX_LENGTH + 1) not in schema._CLEAN_TEXTS
+    with patch.object(parse, "_CLEAN_TEXTS", {}):
+        for index in range(parse._CLEAN_TEXTS_MAX + 10):
+            parse._sanitised(f"message {index}")
+        assert 0 < len(parse._CLEAN_TEXTS) <= parse._CLEAN_TEXTS_MAX
+        parse._sanitised("m" * (parse._CLEAN_TEXT_MAX_LENGTH + 1))
+        assert "m" * (parse._CLEAN_TEXT_MAX_LENGTH + 1) not in parse._CLEAN_TEXTS
 
 
 def test_times_a_valid_envelope_carries_are_read_the_same() -> None:

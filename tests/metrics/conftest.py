@@ -21,7 +21,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from approvals.services import reviewer_create, step_decide
-from envelopes import services
+from envelopes import errors, services
 from envelopes.configuration import error_code_upsert, team_create, tool_configure
 from envelopes.models import Step, Team
 from tests.conftest import error_envelope, fingerprint, success_envelope, unknown_outcome
@@ -61,7 +61,7 @@ class Agent:
             services.attempt_request(
                 team=self.team, operation_ref=ref, tool_name=self.tool, fingerprint=fingerprint(ref + input_), now=when
             )
-        except services.AttemptRefused:
+        except errors.AttemptRefused:
             return False
         return True
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from approvals.models import Membership
 from approvals.services import reviewer_create, step_decide
-from envelopes import services
+from envelopes import errors, services
 from envelopes.configuration import api_key_create, error_code_upsert, team_create, tool_configure
 from envelopes.models import Team
 from notifications.models import Channel
@@ -160,7 +160,7 @@ class Command(BaseCommand):
             raw = json.dumps(body).encode()
             try:
                 return services.envelope_ingest(team=team, payload=body, dialect=dialect, raw_body=raw, now=at or now)
-            except services.EnvelopeInvalid:
+            except errors.EnvelopeInvalid:
                 return None
 
         def attempt(ref: str, tool: str, text: str, at: Any = None) -> None:

@@ -11,9 +11,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from config import outage
-
-from .errors import AttemptRefused, EnvelopeInvalid, HoldpointError
-from .schema import safe_field_name
+from envelopes.errors import AttemptRefused, EnvelopeInvalid, HoldpointError
+from envelopes.schema import safe_field_name
 
 PROBLEM_TYPE = "https://holdpoint.dev/problems/"
 CONTENT_TYPE = "application/problem+json"
@@ -72,7 +71,7 @@ def _validation_errors(detail: Any, prefix: str = "") -> list[dict[str, Any]]:
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, AttemptRefused):
-        from .presenters import step_representation
+        from envelopes.presenters import step_representation
 
         return problem(
             status_code=exc.status,
