@@ -18,15 +18,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 from django.db.models import BigIntegerField, Expression, F, Func, Max, Q
 
 from envelopes.models import Attempt, AuditEvent, Envelope
 
-if TYPE_CHECKING:
-    from .aggregates import HourCounts
+from .counts import HourCounts
 
 HOUR = timedelta(hours=1)
 _BATCH = 2000

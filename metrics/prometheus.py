@@ -20,7 +20,8 @@ from envelopes.lifecycle import HELD
 from envelopes.models import Step, Tool
 from webhooks.models import OutboxMessage
 
-from .aggregates import HourCounts, aggregate_live
+from .aggregates import aggregate_live
+from .counts import HourCounts
 from .models import COUNTERS, ToolTotal
 from .services import provisional_rows, watermark
 

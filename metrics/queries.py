@@ -22,7 +22,8 @@ from envelopes.rfc3339 import rfc3339
 
 from .activity import attempts_per_step as _attempts_per_step
 from .activity import ceil_day, ceil_hour, floor_day, floor_hour
-from .aggregates import HourCounts, Key, aggregate_live
+from .aggregates import Key, aggregate_live
+from .counts import HourCounts
 from .models import ToolDay, ToolHour
 from .services import provisional_rows, watermark
 

@@ -22,7 +22,8 @@ from django.utils import timezone
 from envelopes.models import AuditEvent, Envelope, Tool
 
 from .activity import DAY, HOUR, floor_day, floor_hour
-from .aggregates import HourCounts, aggregate_live
+from .aggregates import aggregate_live
+from .counts import HourCounts
 from .models import COUNTERS, MetricsWatermark, ToolDay, ToolHour, ToolTotal
 
 SETTLE = timedelta(minutes=5)

@@ -29,7 +29,7 @@ from envelopes.models import ErrorCode, Tool
 
 from . import prometheus
 from .activity import attempts_per_step
-from .aggregates import HourCounts
+from .counts import HourCounts
 from .forms import ErrorCodeForm, ToolSettingsForm, initial_for_entry, initial_for_undocumented
 from .panels import DEFAULT_WINDOW_KEY, WINDOWS, tool_charts
 from .queries import (

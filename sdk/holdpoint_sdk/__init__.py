@@ -12,7 +12,8 @@ print(outcome.action, outcome.step_url)
 __version__ = "0.1.0"
 
 from .async_client import AsyncHoldpoint
-from .client import ConditionalStep, Holdpoint, step_path
+from .client import Holdpoint
+from .client_base import ConditionalStep, step_path
 from .envelopes import (
     Failure,
     ToolError,

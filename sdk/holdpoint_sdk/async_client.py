@@ -11,16 +11,16 @@ from urllib.parse import quote
 
 import httpx
 
-from .client import (
+from .client_base import (
     WAITING_ACTIONS,
+    ApiCall,
+    ClientBase,
     ConditionalStep,
     Dialect,
-    _Call,
-    _ClientBase,
-    _decided,
-    _drop_none,
-    _poll_delay,
-    _time_param,
+    decided,
+    drop_none,
+    poll_delay,
+    time_param,
 )
 from .envelopes import Failure, now_utc, parse_rfc3339
 from .errors import AttemptRefused, DecisionTimeout, HoldpointError
@@ -38,7 +38,7 @@ from .types import (
 )
 
 
-class AsyncHoldpoint(_ClientBase):
+class AsyncHoldpoint(ClientBase):
     """The asyncio client; the same methods as `Holdpoint`, awaited."""
 
     def __init__(
@@ -79,7 +79,7 @@ class AsyncHoldpoint(_ClientBase):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _send(self, call: _Call) -> httpx.Response:
+    async def _send(self, call: ApiCall) -> httpx.Response:
         try_number = 0
         while True:
             try:
@@ -103,7 +103,7 @@ class AsyncHoldpoint(_ClientBase):
             await self._sleep(wait)
             try_number += 1
 
-    async def _fetch(self, call: _Call) -> Any:
+    async def _fetch(self, call: ApiCall) -> Any:
         return self._json(await self._send(call), call)
 
     async def post_envelope(
@@ -196,7 +196,7 @@ class AsyncHoldpoint(_ClientBase):
             params = self._next_params(page["next"])
 
     async def tool_codes(self, tool: str) -> CodeList:
-        call = _Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/codes")
+        call = ApiCall("GET", f"/api/v1/tools/{quote(tool, safe='')}/codes")
         return cast(CodeList, await self._fetch(call))
 
     async def tool_metrics(
@@ -206,13 +206,13 @@ class AsyncHoldpoint(_ClientBase):
         since: dt.datetime | str | None = None,
         until: dt.datetime | str | None = None,
     ) -> Metrics:
-        params = _drop_none({"since": _time_param(since), "until": _time_param(until)})
-        call = _Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/metrics", params=params)
+        params = drop_none({"since": time_param(since), "until": time_param(until)})
+        call = ApiCall("GET", f"/api/v1/tools/{quote(tool, safe='')}/metrics", params=params)
         return cast(Metrics, await self._fetch(call))
 
     async def run_skipped(self, run_id: str) -> Skipped:
         path = f"/api/v1/runs/{quote(run_id, safe='')}/skipped"
-        return cast(Skipped, await self._fetch(_Call("GET", path)))
+        return cast(Skipped, await self._fetch(ApiCall("GET", path)))
 
     def guard(
         self,
@@ -272,12 +272,12 @@ class AsyncHoldpoint(_ClientBase):
                 if step is not None and read.step["directive"] != step["directive"]:
                     interval = initial_interval
                 step, etag = read.step, read.etag
-            if step is not None and _decided(step, waiting_actions, now_utc()):
+            if step is not None and decided(step, waiting_actions, now_utc()):
                 return step
             left = deadline - self._clock()
             if left <= 0:
                 raise DecisionTimeout(f"no decision on {operation_ref!r} within {timeout}s", step=step)
-            delay = _poll_delay(step, interval, now=now_utc()) if step else interval
+            delay = poll_delay(step, interval, now=now_utc()) if step else interval
             await self._sleep(min(delay, left))
             interval = min(interval * 2, max_interval)
 

@@ -1,21 +1,28 @@
-"""Sync and async clients for the Holdpoint API (contract v1, section 4)."""
+"""The synchronous client for the Holdpoint API (contract v1, section 4)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, cast
-from urllib.parse import parse_qsl, quote, urlsplit
+from typing import Any, cast
+from urllib.parse import quote
 
 import httpx
 
-from . import __version__
-from .envelopes import Failure, now_utc, parse_retry_after, parse_rfc3339, rfc3339
-from .errors import AttemptRefused, DecisionTimeout, HoldpointError, HoldpointUnavailable, error_from_problem
+from .client_base import (
+    WAITING_ACTIONS,
+    ApiCall,
+    ClientBase,
+    ConditionalStep,
+    Dialect,
+    decided,
+    drop_none,
+    poll_delay,
+    time_param,
+)
+from .envelopes import Failure, now_utc, parse_rfc3339
+from .errors import AttemptRefused, DecisionTimeout, HoldpointError
 from .guard import Guard, Outcome, takes_the_input
 from .types import (
     AttemptGrant,
@@ -29,275 +36,8 @@ from .types import (
     VerificationOutcome,
 )
 
-Dialect = Literal["canonical", "compact", "mcp"]
-CONTENT_TYPES: dict[str, str] = {
-    "canonical": "application/json",
-    "compact": 'application/json; profile="compact"',
-    "mcp": 'application/json; profile="mcp"',
-}
-# Answers worth another try of a request that is safe to repeat.
-RETRY_STATUSES = frozenset({502, 503, 504})
-# A hold, a verification or a wait ends by someone else's act (or a timer): keep polling.
-WAITING_ACTIONS = frozenset({"hold", "verify", "wait"})
-MAX_RETRY_WAIT = 30.0  # seconds: a longer Retry-After is the caller's to honour, not ours
-MAX_REMEMBERED_APPROVALS = 1024  # steps whose edited approval this client has read and not used
 
-
-def step_path(operation_ref: str) -> str:
-    """The API path of a step; the operation_ref is URL-encoded (`run_81%2Fstep_4`)."""
-    return "/api/v1/steps/" + quote(operation_ref, safe="")
-
-
-def _api_root(base_url: str) -> str:
-    root = base_url.rstrip("/")
-    return root[: -len("/api/v1")] if root.endswith("/api/v1") else root
-
-
-def _time_param(value: dt.datetime | str | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return rfc3339(value)
-
-
-def _drop_none(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in params.items() if value is not None}
-
-
-def _body(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-@dataclass(frozen=True)
-class ConditionalStep:
-    """A conditional read: `step` is None when it did not change since `etag` (304)."""
-
-    step: Step | None
-    etag: str | None
-
-    @property
-    def modified(self) -> bool:
-        return self.step is not None
-
-
-@dataclass(frozen=True)
-class _Call:
-    method: str
-    path: str
-    params: dict[str, Any] | None = None
-    body: bytes | None = None
-    headers: dict[str, str] | None = None
-    idempotent: bool = True  # safe to send twice (a read, or a write with an Idempotency-Key)
-    expect: tuple[int, ...] = (200, 201)
-
-
-def _poll_delay(step: Step, interval: float, *, now: dt.datetime) -> float:
-    """How long to sleep before the next read: the backoff, or less if a wait ends sooner."""
-    delay = interval * random.uniform(0.9, 1.1)
-    directive = step["directive"]
-    if directive["action"] == "wait":
-        not_before = parse_rfc3339(directive.get("not_before"))
-        if not_before is not None:
-            until = (not_before - now).total_seconds()
-            delay = min(delay, max(until, 0.0))
-    return max(delay, 0.01)
-
-
-def _decided(step: Step, waiting_actions: frozenset[str], now: dt.datetime) -> bool:
-    directive = step["directive"]
-    if directive["action"] not in waiting_actions:
-        return True
-    if directive["action"] == "wait":
-        # Past not_before the attempt gate grants, even before Holdpoint's timer sweep runs.
-        not_before = parse_rfc3339(directive.get("not_before"))
-        return not_before is not None and not_before <= now
-    return False
-
-
-class _ClientBase:
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str,
-        *,
-        timeout: float = 10.0,
-        max_retries: int = 2,
-        default_retry_delay: float = 30.0,
-    ) -> None:
-        if not api_key:
-            raise ValueError("an API key (hp_...) is required")
-        self.base_url = _api_root(base_url)
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.default_retry_delay = default_retry_delay
-        self._headers = {
-            "Authorization": f"Bearer {api_key}",
-            "Accept": "application/json, application/problem+json",
-            "User-Agent": f"holdpoint-sdk-python/{__version__}",
-        }
-        # operation_ref -> the input a reviewer approved with edits (contract v1.1), as last read
-        # in a directive: the next guard on that step runs it instead of its own input.
-        self._approved_inputs: dict[str, dict[str, Any]] = {}
-
-    def approved_input(self, operation_ref: str) -> dict[str, Any] | None:
-        """The edited input a reviewer approved for this step, as this client last read it in
-        the step's directive (any read: `get_step`, `wait_for_decision`, an answer), until an
-        attempt uses it; None otherwise. `guard` uses it on its own."""
-        approved = self._approved_inputs.get(operation_ref)
-        return dict(approved) if approved is not None else None
-
-    def _remember(self, step: Any) -> None:
-        """Keep the directive's approved input of a step just read (or forget it: a directive
-        without one means none is pending)."""
-        if not isinstance(step, Mapping) or not isinstance(step.get("operation_ref"), str):
-            return
-        ref = step["operation_ref"]
-        directive = step.get("directive")
-        approved = directive.get("input") if isinstance(directive, Mapping) else None
-        self._approved_inputs.pop(ref, None)
-        if isinstance(approved, Mapping):
-            while len(self._approved_inputs) >= MAX_REMEMBERED_APPROVALS:
-                self._approved_inputs.pop(next(iter(self._approved_inputs)))
-            self._approved_inputs[ref] = dict(approved)
-
-    def _remember_answer(self, answer: Any) -> Any:
-        if isinstance(answer, Mapping):
-            self._remember(answer.get("step"))
-        return answer
-
-    def _remember_refusal(self, refusal: AttemptRefused) -> None:
-        self._remember(refusal.step)
-
-    # --- building calls (shared by both clients) ---------------------------------------------
-
-    def _envelope_call(self, envelope: Mapping[str, Any], idempotency_key: str | None, dialect: Dialect) -> _Call:
-        headers = {"Content-Type": CONTENT_TYPES[dialect]}
-        if idempotency_key:
-            headers["Idempotency-Key"] = idempotency_key
-        return _Call(
-            "POST",
-            "/api/v1/envelopes",
-            body=_body(envelope),
-            headers=headers,
-            idempotent=bool(idempotency_key),
-            expect=(201,),
-        )
-
-    def _attempt_call(
-        self,
-        operation_ref: str,
-        tool: str,
-        input_fingerprint: str,
-        run_id: str | None,
-        correlation_id: str | None,
-        idempotency_key: str | None,
-        input: Mapping[str, Any] | None = None,
-    ) -> _Call:
-        body = _drop_none(
-            {
-                "tool": tool,
-                "input_fingerprint": input_fingerprint,
-                "input": input,
-                "run_id": run_id,
-                "correlation_id": correlation_id,
-            }
-        )
-        headers = {"Content-Type": "application/json"}
-        if idempotency_key:
-            headers["Idempotency-Key"] = idempotency_key
-        return _Call(
-            "POST",
-            step_path(operation_ref) + "/attempts",
-            body=_body(body),
-            headers=headers,
-            idempotent=bool(idempotency_key),
-            expect=(201,),
-        )
-
-    def _verification_call(
-        self,
-        operation_ref: str,
-        outcome: VerificationOutcome,
-        checked_at: dt.datetime | None,
-        evidence_ref: str | None,
-    ) -> _Call:
-        body = _drop_none(
-            {
-                "outcome": outcome,
-                "checked_at": rfc3339(checked_at or now_utc()),
-                "evidence_ref": evidence_ref,
-            }
-        )
-        # A report is a fact about the world; repeating it changes nothing more.
-        return _Call(
-            "POST",
-            step_path(operation_ref) + "/verification",
-            body=_body(body),
-            headers={"Content-Type": "application/json"},
-        )
-
-    def _step_call(self, operation_ref: str, etag: str | None) -> _Call:
-        headers = {"If-None-Match": etag} if etag else None
-        return _Call("GET", step_path(operation_ref), headers=headers, expect=(200, 304))
-
-    def _list_call(self, params: dict[str, Any]) -> _Call:
-        return _Call("GET", "/api/v1/steps", params=_drop_none(params))
-
-    @staticmethod
-    def _next_params(next_url: str | None) -> dict[str, Any] | None:
-        """The query of a `next` link, replayed on our own base URL: the key is never sent to
-        whatever host the server happened to write into the link."""
-        if not next_url:
-            return None
-        return dict(parse_qsl(urlsplit(next_url).query))
-
-    # --- answers -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _error(response: httpx.Response) -> HoldpointError:
-        try:
-            problem = response.json()
-        except ValueError:
-            problem = None
-        retry_after = parse_retry_after(response.headers.get("Retry-After"), now=now_utc())
-        return error_from_problem(
-            response.status_code,
-            problem if isinstance(problem, dict) else None,
-            retry_after=retry_after,
-            fallback_detail=f"HTTP {response.status_code} from Holdpoint",
-        )
-
-    def _retry_wait(self, call: _Call, try_number: int, response: httpx.Response | None) -> float | None:
-        """Seconds to wait before sending `call` again, or None to stop trying."""
-        if try_number >= self.max_retries:
-            return None
-        backoff = min(0.5 * 2.0**try_number, 8.0) * random.uniform(0.8, 1.2)
-        if response is None:
-            return backoff
-        if not call.idempotent or response.status_code not in RETRY_STATUSES:
-            return None
-        asked = parse_retry_after(response.headers.get("Retry-After"), now=now_utc())
-        if asked is not None and asked > MAX_RETRY_WAIT:
-            return None
-        return max(backoff, asked or 0.0)
-
-    @staticmethod
-    def _never_sent(error: httpx.TransportError) -> bool:
-        return isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-
-    @staticmethod
-    def _unavailable(error: httpx.TransportError) -> HoldpointUnavailable:
-        return HoldpointUnavailable(
-            f"no answer from Holdpoint ({type(error).__name__})", code="unavailable", status=None
-        )
-
-    @staticmethod
-    def _json(response: httpx.Response, call: _Call) -> Any:
-        if response.status_code == 304:
-            return None
-        return response.json()
-
-
-class Holdpoint(_ClientBase):
+class Holdpoint(ClientBase):
     """The synchronous client.
 
     >>> hp = Holdpoint("https://holdpoint.example", api_key="hp_...")
@@ -344,7 +84,7 @@ class Holdpoint(_ClientBase):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _send(self, call: _Call) -> httpx.Response:
+    def _send(self, call: ApiCall) -> httpx.Response:
         try_number = 0
         while True:
             try:
@@ -368,7 +108,7 @@ class Holdpoint(_ClientBase):
             self._sleep(wait)
             try_number += 1
 
-    def _fetch(self, call: _Call) -> Any:
+    def _fetch(self, call: ApiCall) -> Any:
         return self._json(self._send(call), call)
 
     # --- the API -----------------------------------------------------------------------------
@@ -472,7 +212,7 @@ class Holdpoint(_ClientBase):
             params = self._next_params(page["next"])
 
     def tool_codes(self, tool: str) -> CodeList:
-        return cast(CodeList, self._fetch(_Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/codes")))
+        return cast(CodeList, self._fetch(ApiCall("GET", f"/api/v1/tools/{quote(tool, safe='')}/codes")))
 
     def tool_metrics(
         self,
@@ -481,13 +221,13 @@ class Holdpoint(_ClientBase):
         since: dt.datetime | str | None = None,
         until: dt.datetime | str | None = None,
     ) -> Metrics:
-        params = _drop_none({"since": _time_param(since), "until": _time_param(until)})
-        call = _Call("GET", f"/api/v1/tools/{quote(tool, safe='')}/metrics", params=params)
+        params = drop_none({"since": time_param(since), "until": time_param(until)})
+        call = ApiCall("GET", f"/api/v1/tools/{quote(tool, safe='')}/metrics", params=params)
         return cast(Metrics, self._fetch(call))
 
     def run_skipped(self, run_id: str) -> Skipped:
         path = f"/api/v1/runs/{quote(run_id, safe='')}/skipped"
-        return cast(Skipped, self._fetch(_Call("GET", path)))
+        return cast(Skipped, self._fetch(ApiCall("GET", path)))
 
     # --- the agent's helpers -----------------------------------------------------------------
 
@@ -562,12 +302,12 @@ class Holdpoint(_ClientBase):
                 if step is not None and read.step["directive"] != step["directive"]:
                     interval = initial_interval  # something moved: look again soon
                 step, etag = read.step, read.etag
-            if step is not None and _decided(step, waiting_actions, now_utc()):
+            if step is not None and decided(step, waiting_actions, now_utc()):
                 return step
             left = deadline - self._clock()
             if left <= 0:
                 raise DecisionTimeout(f"no decision on {operation_ref!r} within {timeout}s", step=step)
-            delay = _poll_delay(step, interval, now=now_utc()) if step else interval
+            delay = poll_delay(step, interval, now=now_utc()) if step else interval
             self._sleep(min(delay, left))
             interval = min(interval * 2, max_interval)
 

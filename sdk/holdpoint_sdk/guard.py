@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .client_base import AsyncGateClient, GateClient
 from .envelopes import (
     DEFAULT_RETRY_DELAY,
     MAX_INPUT_BYTES,
@@ -61,8 +62,6 @@ from .errors import (
 if TYPE_CHECKING:
     import datetime as dt
 
-    from .async_client import AsyncHoldpoint
-    from .client import Holdpoint
     from .types import AttemptGrant, Directive, IngestAnswer, Step
 
 _UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)
@@ -387,7 +386,7 @@ class _GuardBase:
 class Guard(_GuardBase):
     """A guard around one synchronous tool call (built by `Holdpoint.guard`)."""
 
-    def __init__(self, client: Holdpoint, **options: Any) -> None:
+    def __init__(self, client: GateClient, **options: Any) -> None:
         super().__init__(default_retry_delay=client.default_retry_delay, **options)
         self.client = client
 
@@ -484,7 +483,7 @@ class AsyncGuard(_GuardBase):
     """A guard around one tool call, for asyncio (built by `AsyncHoldpoint.guard`). The
     wrapped function may be a coroutine function or a plain one."""
 
-    def __init__(self, client: AsyncHoldpoint, **options: Any) -> None:
+    def __init__(self, client: AsyncGateClient, **options: Any) -> None:
         super().__init__(default_retry_delay=client.default_retry_delay, **options)
         self.client = client
 

@@ -23,7 +23,8 @@ from urllib.parse import quote
 
 import httpx
 
-from .client import Holdpoint, _Call, _drop_none
+from .client import Holdpoint
+from .client_base import ApiCall, drop_none
 from .types import DecisionAction, DecisionAnswer, QueueKind, Step, StepPage
 
 
@@ -76,21 +77,21 @@ class Reviewer:
         self, team: str, *, kind: QueueKind = "approvals", limit: int | None = None, cursor: str | None = None
     ) -> StepPage:
         """One page of a team's queue, oldest held first."""
-        params = _drop_none({"kind": kind, "limit": limit, "cursor": cursor})
-        return cast(StepPage, self._client._fetch(_Call("GET", team_path(team) + "/queue", params=params)))
+        params = drop_none({"kind": kind, "limit": limit, "cursor": cursor})
+        return cast(StepPage, self._client._fetch(ApiCall("GET", team_path(team) + "/queue", params=params)))
 
     def queue(self, team: str, *, kind: QueueKind = "approvals", page_size: int | None = None) -> Iterator[Step]:
         """Every step of a team's queue, following the cursor from page to page."""
-        params: dict[str, Any] | None = _drop_none({"kind": kind, "limit": page_size})
+        params: dict[str, Any] | None = drop_none({"kind": kind, "limit": page_size})
         while params is not None:
-            call = _Call("GET", team_path(team) + "/queue", params=params)
+            call = ApiCall("GET", team_path(team) + "/queue", params=params)
             page = cast(StepPage, self._client._fetch(call))
             yield from page["results"]
             params = self._client._next_params(page["next"])
 
     def step(self, team: str, operation_ref: str) -> ReviewedStep:
         """A step of the team (the §4 shape) and its ETag."""
-        response = self._client._send(_Call("GET", team_step_path(team, operation_ref), expect=(200,)))
+        response = self._client._send(ApiCall("GET", team_step_path(team, operation_ref), expect=(200,)))
         return ReviewedStep(step=cast(Step, response.json()), etag=response.headers.get("ETag", ""))
 
     def decide(
@@ -107,8 +108,8 @@ class Reviewer:
 
         Raises StepChanged (412) when the step moved since, Unauthorized (401/403), NotFound,
         Conflict (409 `decision_not_allowed`), ValidationFailed (422, e.g. a missing reason)."""
-        body = _drop_none({"action": action, "reason": reason, "input": input})
-        call = _Call(
+        body = drop_none({"action": action, "reason": reason, "input": input})
+        call = ApiCall(
             "POST",
             team_step_path(team, operation_ref) + "/decisions",
             body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from holdpoint_sdk.mcp_proxy import ConfigError, ToolPolicy, load_settings, parse_settings
+from holdpoint_sdk.mcp_proxy.answers import describe
 from holdpoint_sdk.mcp_proxy.cli import config_from_args
-from holdpoint_sdk.mcp_proxy.proxy import describe, looks_like_envelope
+from holdpoint_sdk.mcp_proxy.reports import looks_like_envelope
 from holdpoint_sdk.mcp_proxy.server import upstream_environment
 
 ENV = {"HOLDPOINT_URL": "http://127.0.0.1:8000", "HOLDPOINT_API_KEY": "hp_test"}

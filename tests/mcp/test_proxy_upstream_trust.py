@@ -9,7 +9,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from holdpoint_sdk.mcp_proxy.names import holdpoint_tool_name
-from holdpoint_sdk.mcp_proxy.proxy import UPSTREAM_NAMED
+from holdpoint_sdk.mcp_proxy.reports import UPSTREAM_NAMED
 
 from envelopes.models import Envelope, Quarantine, Step
 from tests.mcp.conftest import Rig

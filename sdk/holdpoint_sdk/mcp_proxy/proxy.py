@@ -33,28 +33,27 @@ A `hold` may be waited for (`hold_wait_s`): after an approval the proxy asks the
 the client receives the real result. A `verify` calls the tool's `verification_tool` upstream
 with the `operation_ref` and reports what it found. The proxy keeps no state of its own:
 everything it needs next time is in Holdpoint.
+
+This module is the gate -> call -> report loop; the envelope and the failure a result stands
+for are built in `reports`, the answer the client receives in `answers`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
 import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from ..async_client import AsyncHoldpoint
-from ..client import Dialect
-from ..envelopes import MAX_INPUT_BYTES, Failure, canonical_json, input_fingerprint, now_utc, success_envelope
+from ..client_base import Dialect
+from ..envelopes import MAX_INPUT_BYTES, Failure, canonical_json, input_fingerprint
 from ..errors import (
     AttemptRefused,
     DecisionTimeout,
@@ -63,66 +62,26 @@ from ..errors import (
     ValidationFailed,
 )
 from ..types import Directive, Step, VerificationOutcome
+from .answers import call_answer, local_error, refused_answer
+from .calls import META, META_APPROVED, META_ATTEMPT, META_OPERATION_REF, META_RUN_ID, ToolCall, time_spent
 from .config import ProxyConfig
 from .names import ToolNames
+from .reports import (
+    broken_failure,
+    failure_envelope,
+    mcp_error_failure,
+    result_report,
+    timeout_failure,
+    verification_outcome,
+)
+from .upstream import Upstream
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 # One line per guarded tools/call with where its time went (HOLDPOINT_MCP_TIMINGS=1 shows it).
 timing_logger = logging.getLogger("holdpoint_sdk.mcp_proxy.timing")
 
-META = "dev.holdpoint/"
-META_OPERATION_REF = META + "operation_ref"
-META_RUN_ID = META + "run_id"
-META_ATTEMPT = META + "attempt"
-META_APPROVED = META + "approved"
-META_DIRECTIVE = META + "directive"
-# The field under which an envelope that named another step is reported (and refused).
-UPSTREAM_NAMED = "step_named_by_upstream"
-# A JSON body of the mcp dialect must stay under Holdpoint's 64 KiB: big content is left out.
-MAX_REPORTED_CONTENT = 16 * 1024
-MAX_REPORTED_RESULT = 16 * 1024
-MAX_MESSAGE = 500
-MAX_NAMED = 200  # characters of each step field an upstream named wrongly, kept as evidence
 MAX_ROUNDS = 6  # gate -> call -> report rounds in one tools/call (waits for a reviewer included)
 MAX_HELD_REFS = 1024  # steps this process answered "held" for, read again before the next gate
-
-
-class Upstream(Protocol):
-    """What the proxy needs of the upstream connection (an MCP ClientSession)."""
-
-    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
-        """Send one request; its raw result (wire names). Raises MCPError, TimeoutError."""
-        ...
-
-
-class _RawRequest(types.Request[dict[str, Any] | None, str]):
-    """Any request, its params passed as they came (the typed requests would drop what they
-    do not model)."""
-
-    method: str
-    params: dict[str, Any] | None = None
-
-
-class SessionUpstream:
-    """An MCP `ClientSession` as the proxy's upstream: raw requests, raw results."""
-
-    def __init__(self, session: Any) -> None:
-        from pydantic import TypeAdapter
-
-        self.session = session
-        self._raw = TypeAdapter(dict[str, Any])
-
-    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
-        request = _RawRequest(method=method, params=dict(params) if params is not None else None)
-        try:
-            result: dict[str, Any] = await self.session.send_request(
-                request, self._raw, request_read_timeout_seconds=timeout
-            )
-        except MCPError as error:
-            if error.code == types.REQUEST_TIMEOUT:
-                raise TimeoutError(error.message) from error
-            raise
-        return result
 
 
 def _forwardable(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -139,86 +98,6 @@ def _forwardable(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
         else:
             out.pop("_meta")
     return out
-
-
-def _short(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _text_of(result: Mapping[str, Any]) -> str:
-    parts = [block.get("text", "") for block in result.get("content") or [] if isinstance(block, Mapping)]
-    return " ".join(part for part in parts if isinstance(part, str)).strip()
-
-
-def _json_size(value: Any) -> int:
-    try:
-        return len(json.dumps(value, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError):
-        return -1
-
-
-def looks_like_envelope(value: Any) -> bool:
-    """A structuredContent that is a Holdpoint envelope (contract §2), not a plain result."""
-    return (
-        isinstance(value, Mapping)
-        and isinstance(value.get("ok"), bool)
-        and "commit_state" in value
-        and ("code" in value or value.get("ok") is True)
-    )
-
-
-def describe(directive: Mapping[str, Any], step: Mapping[str, Any] | None, operation_ref: str) -> str:
-    """One line a model can follow, from the directive alone (never from the tool's text)."""
-    action = directive.get("action")
-    reason = directive.get("reason") or ""
-    url = (step or {}).get("url")
-    where = f" at {url}" if url else ""
-    if action == "proceed":
-        return f"Holdpoint: step {operation_ref} may proceed ({reason})."
-    if action == "stop":
-        state = (step or {}).get("state")
-        if state == "succeeded" or reason in ("committed", "verified_committed", "already_committed"):
-            return f"Holdpoint: step {operation_ref} is done (committed); do not call this tool again for it."
-        return f"Holdpoint: step {operation_ref} is closed ({reason}); do not call this tool again for it."
-    if action == "wait":
-        return (
-            f"Holdpoint: wait until {directive.get('not_before') or 'later'}, then call again with the same "
-            f"input ({reason})."
-        )
-    if action == "verify":
-        return (
-            f"Holdpoint: the outcome of step {operation_ref} is unknown; do not call again: it is being "
-            f"verified{where} ({reason})."
-        )
-    if action == "fix_input":
-        details = ((step or {}).get("last_envelope") or {}).get("safe_details") or {}
-        field = details.get("field")
-        blame = f" (field: {field})" if isinstance(field, str) else ""
-        return f"Holdpoint: fix the input{blame} and call again; the same input will be refused ({reason})."
-    if action == "hold":
-        return f"Holdpoint: held for a reviewer{where}; do not call again until it is decided ({reason})."
-    return f"Holdpoint: {action} ({reason})."
-
-
-@dataclass
-class _Call:
-    """One client tools/call, as the proxy carries it from gate to report."""
-
-    tool: str  # the upstream's name, which it is called by
-    recorded_tool: str  # the name Holdpoint records (names.py): the gate's and the envelopes'
-    arguments: dict[str, Any]
-    client_meta: dict[str, Any]
-    operation_ref: str
-    run_id: str
-    fingerprint: str
-    input_size: int  # bytes of the input's canonical JSON (the gate takes up to MAX_INPUT_BYTES)
-    attempt: int | None = None
-    step: Step | None = None
-    approved: bool = False
-    input_sent: bool = False  # the gate received the input itself, not only its fingerprint
-    input_withheld: str | None = None  # why it did not, when the proxy meant to send it
-    input_edited: bool = False  # a reviewer approved an edited input: `arguments` is theirs
-    spent: dict[str, float] = field(default_factory=dict)  # ms waiting for gate, upstream, envelope
 
 
 class HoldpointProxy:
@@ -273,7 +152,7 @@ class HoldpointProxy:
             return await self.forward("tools/call", params)
         recorded_tool = self.tool_names.holdpoint_name(name)
         if recorded_tool is None:
-            return self._local_error(
+            return local_error(
                 f"Holdpoint: another tool of this server would be recorded under the same name as {name!r}; "
                 "the call was not made."
             )
@@ -285,8 +164,8 @@ class HoldpointProxy:
         try:
             canonical = canonical_json(arguments)  # once: the fingerprint and the gate's size limit
         except (TypeError, ValueError) as error:
-            return self._local_error(f"Holdpoint: the input cannot be fingerprinted ({error}); the call was not made.")
-        call = _Call(
+            return local_error(f"Holdpoint: the input cannot be fingerprinted ({error}); the call was not made.")
+        call = ToolCall(
             tool=name,
             recorded_tool=recorded_tool,
             arguments=dict(arguments),
@@ -302,10 +181,10 @@ class HoldpointProxy:
             await self._approved_input_first(call)
             return await self._guarded(call)
         except HoldpointUnavailable as error:
-            return self._local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
+            return local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
         except HoldpointError as error:
             # A key revoked, a throttle, a schema refusal: fail closed, and say why.
-            return self._local_error(f"Holdpoint refused the call ({error.code}: {error.detail}); it was not made.")
+            return local_error(f"Holdpoint refused the call ({error.code}: {error.detail}); it was not made.")
         finally:
             if timing_logger.isEnabledFor(logging.INFO):
                 total = (time.perf_counter() - started) * 1000
@@ -319,7 +198,7 @@ class HoldpointProxy:
             return run_id
         return self.config.run_id
 
-    def _operation_ref(self, call: _Call) -> str:
+    def _operation_ref(self, call: ToolCall) -> str:
         given = call.client_meta.get(META_OPERATION_REF)
         if isinstance(given, str) and 1 <= len(given) <= 200 and given.isprintable():
             return given
@@ -330,7 +209,7 @@ class HoldpointProxy:
             ref = f"{tool}/{digest}"
         return ref
 
-    async def _guarded(self, call: _Call) -> dict[str, Any]:
+    async def _guarded(self, call: ToolCall) -> dict[str, Any]:
         policy = self.config.policy(call.tool)
         waited = 0.0
         hold_wait = self.config.hold_wait(call.tool)
@@ -371,9 +250,9 @@ class HoldpointProxy:
                 if decided is not None:
                     step, directive = decided, decided["directive"]
             return self._answer(call, result, failure, step, directive, reported=reported)
-        return self._local_error(f"Holdpoint: step {call.operation_ref} did not settle; call again later.")
+        return local_error(f"Holdpoint: step {call.operation_ref} did not settle; call again later.")
 
-    def _take_approved_input(self, call: _Call, directive: Mapping[str, Any] | None) -> None:
+    def _take_approved_input(self, call: ToolCall, directive: Mapping[str, Any] | None) -> None:
         """After an approval with an edited input (contract v1.1), the approved input runs."""
         approved = (directive or {}).get("input")
         if isinstance(approved, Mapping) and input_fingerprint(approved) != call.fingerprint:
@@ -382,7 +261,7 @@ class HoldpointProxy:
             call.fingerprint, call.input_size = hashlib.sha256(canonical).hexdigest(), len(canonical)
             call.input_edited = True
 
-    async def _approved_input_first(self, call: _Call) -> None:
+    async def _approved_input_first(self, call: ToolCall) -> None:
         """Take a pending edited approval of the step before asking the gate: the one this
         client last read, or, for a step this process answered "held", the step as it is now."""
         remembered = self.holdpoint.approved_input(call.operation_ref)
@@ -400,7 +279,7 @@ class HoldpointProxy:
             self.held_refs.pop(call.operation_ref, None)
         self._take_approved_input(call, step["directive"])
 
-    def _remember_held(self, call: _Call, directive: Mapping[str, Any]) -> None:
+    def _remember_held(self, call: ToolCall, directive: Mapping[str, Any]) -> None:
         if directive.get("action") == "hold":
             self.held_refs[call.operation_ref] = None
             self.held_refs.move_to_end(call.operation_ref)
@@ -409,7 +288,7 @@ class HoldpointProxy:
         else:
             self.held_refs.pop(call.operation_ref, None)
 
-    def _input_for_gate(self, call: _Call) -> dict[str, Any] | None:
+    def _input_for_gate(self, call: ToolCall) -> dict[str, Any] | None:
         """The input as the gate takes it, or None (and `call.input_withheld` says why)."""
         call.input_withheld = None
         if self.config.send_input == "never":
@@ -424,10 +303,10 @@ class HoldpointProxy:
             return None
         return call.arguments
 
-    async def _ask_gate(self, call: _Call) -> Any:
+    async def _ask_gate(self, call: ToolCall) -> Any:
         sent = self._input_for_gate(call)
         try:
-            with _spent(call, "gate"):
+            with time_spent(call, "gate"):
                 grant = await self._gate(call, sent)
         except ValidationFailed as error:
             refused = [e for e in error.errors if isinstance(e, Mapping) and _names_input(e.get("field"))]
@@ -445,7 +324,7 @@ class HoldpointProxy:
                 call.operation_ref,
                 rules,
             )
-            with _spent(call, "gate"):
+            with time_spent(call, "gate"):
                 grant, sent = await self._gate(call, None), None
         except AttemptRefused:
             call.input_sent = sent is not None
@@ -453,7 +332,7 @@ class HoldpointProxy:
         call.input_sent = sent is not None
         return grant
 
-    async def _gate(self, call: _Call, sent: Mapping[str, Any] | None) -> Any:
+    async def _gate(self, call: ToolCall, sent: Mapping[str, Any] | None) -> Any:
         return await self.holdpoint.request_attempt(
             call.operation_ref,
             tool=call.recorded_tool,
@@ -463,7 +342,7 @@ class HoldpointProxy:
             idempotency_key="att_" + uuid.uuid4().hex,  # a new key: another body
         )
 
-    async def _wait(self, call: _Call, seconds: float) -> tuple[Step | None, float]:
+    async def _wait(self, call: ToolCall, seconds: float) -> tuple[Step | None, float]:
         started = time.monotonic()
         try:
             step = await self.holdpoint.wait_for_decision(
@@ -479,7 +358,7 @@ class HoldpointProxy:
 
     # --- the upstream call ----------------------------------------------------------------
 
-    def _upstream_meta(self, call: _Call) -> dict[str, Any]:
+    def _upstream_meta(self, call: ToolCall) -> dict[str, Any]:
         meta = {
             key: value
             for key, value in call.client_meta.items()
@@ -494,89 +373,31 @@ class HoldpointProxy:
         return meta
 
     async def _run(
-        self, call: _Call, side_effects: bool
+        self, call: ToolCall, side_effects: bool
     ) -> tuple[dict[str, Any] | None, Failure | None, dict[str, Any], Dialect]:
         """Call the upstream once; (result, failure, envelope to post, dialect)."""
         params = {"name": call.tool, "arguments": call.arguments, "_meta": self._upstream_meta(call)}
         timeout = self.config.call_timeout(call.tool)
         try:
-            with _spent(call, "upstream"):
+            with time_spent(call, "upstream"):
                 result = await self.upstream.request("tools/call", params, timeout)
         except TimeoutError:
-            failure = _timeout_failure(timeout, side_effects, self.holdpoint.default_retry_delay)
-            return None, failure, self._error_envelope(call, failure), "canonical"
+            failure = timeout_failure(timeout, side_effects, self.holdpoint.default_retry_delay)
+            return None, failure, failure_envelope(call, failure), "canonical"
         except MCPError as error:
-            failure = _mcp_error_failure(error, side_effects)
-            return None, failure, self._error_envelope(call, failure), "canonical"
+            failure = mcp_error_failure(error, side_effects)
+            return None, failure, failure_envelope(call, failure), "canonical"
         except Exception as error:  # the connection broke mid-call: it may have written
             logger.warning("upstream call failed: %r", error)
-            failure = _broken_failure(error, side_effects)
-            return None, failure, self._error_envelope(call, failure), "canonical"
-        structured = result.get("structuredContent")
-        if looks_like_envelope(structured):
-            return result, None, self._mcp_envelope(call, result), "mcp"
-        if result.get("isError"):
-            failure = _bare_error_failure(_text_of(result), side_effects)
-            return result, failure, self._error_envelope(call, failure), "canonical"
-        reported = structured if structured is not None and 0 <= _json_size(structured) <= MAX_REPORTED_RESULT else None
-        envelope = success_envelope(
-            tool=call.recorded_tool,
-            operation_ref=call.operation_ref,
-            occurred_at=now_utc(),
-            result=reported,
-            attempt=call.attempt,
-            run_id=call.run_id,
-        )
-        return result, None, envelope, "canonical"
-
-    def _error_envelope(self, call: _Call, failure: Failure) -> dict[str, Any]:
-        step = call.step
-        remaining = (step["max_attempts"] - step["attempts"]) if step else 0
-        return failure.envelope(
-            tool=call.recorded_tool,
-            operation_ref=call.operation_ref,
-            attempts_remaining=remaining,
-            occurred_at=now_utc(),
-            attempt=call.attempt,
-            run_id=call.run_id,
-        )
-
-    def _mcp_envelope(self, call: _Call, result: Mapping[str, Any]) -> dict[str, Any]:
-        """The upstream's envelope about the call's own step: the step's fields are always the
-        call's. One that named another step is reported so that Holdpoint rejects it, and so
-        escalates the call's step (`malformed_envelope`) and quarantines what it claimed."""
-        inner = dict(result["structuredContent"])
-        named = _names_another_step(call, inner)
-        for key, value in (
-            ("tool", call.recorded_tool),
-            ("operation_ref", call.operation_ref),
-            ("run_id", call.run_id),
-            ("attempt", call.attempt),
-        ):
-            if value is not None:
-                inner[key] = value
-            else:
-                inner.pop(key, None)
-        if named:
-            logger.warning(
-                "the upstream's envelope for %s named another step (%s); reporting it as malformed",
-                call.operation_ref,
-                ", ".join(sorted(named)),
-            )
-            # An unknown top-level field: Holdpoint refuses it (contract §2) and names it.
-            inner[UPSTREAM_NAMED] = named
-        content = result.get("content") or []
-        if _json_size(content) < 0 or _json_size(content) > MAX_REPORTED_CONTENT:
-            content = []  # content blocks are MCP's business; Holdpoint keeps the envelope
-        body: dict[str, Any] = {"content": content, "structuredContent": inner}
-        if "isError" in result:
-            body["isError"] = bool(result["isError"])
-        return body
+            failure = broken_failure(error, side_effects)
+            return None, failure, failure_envelope(call, failure), "canonical"
+        reported, envelope, dialect = result_report(call, result, side_effects)
+        return result, reported, envelope, dialect
 
     # --- reporting ------------------------------------------------------------------------
 
     async def _report(
-        self, call: _Call, envelope: dict[str, Any], dialect: Dialect
+        self, call: ToolCall, envelope: dict[str, Any], dialect: Dialect
     ) -> tuple[Step | None, Directive, bool]:
         """Post the envelope; (step, directive, delivered). The upstream has run by now, so no
         Holdpoint error may hide its result: an undelivered report says so instead."""
@@ -584,7 +405,7 @@ class HoldpointProxy:
         key = "env_" + uuid.uuid4().hex
         try:
             try:
-                with _spent(call, "envelope"):
+                with time_spent(call, "envelope"):
                     answer = await self.holdpoint.post_envelope(envelope, idempotency_key=key, dialect=dialect)
             except ValidationFailed as error:
                 # A malformed envelope from the upstream: Holdpoint quarantined it and escalated
@@ -603,7 +424,7 @@ class HoldpointProxy:
             return call.step, unreported, False
         return answer["step"], answer["directive"], True
 
-    async def _verify(self, call: _Call, verification_tool: str) -> tuple[Step, Directive] | None:
+    async def _verify(self, call: ToolCall, verification_tool: str) -> tuple[Step, Directive] | None:
         """Look the write up with the upstream's verification tool and report what it found."""
         params = {
             "name": verification_tool,
@@ -618,7 +439,7 @@ class HoldpointProxy:
             logger.warning("verification tool %s failed: %r", verification_tool, error)
             outcome = "unavailable"
         else:
-            outcome, evidence = _verification_outcome(found)
+            outcome, evidence = verification_outcome(found)
         if outcome is None:
             logger.warning("verification tool %s gave no outcome; the step stays verifying", verification_tool)
             return None
@@ -635,58 +456,13 @@ class HoldpointProxy:
 
     # --- answers to the client ------------------------------------------------------------
 
-    def _holdpoint_block(
-        self, call: _Call, step: Mapping[str, Any] | None, directive: Mapping[str, Any], **more: Any
-    ) -> dict[str, Any]:
-        block = {
-            "operation_ref": call.operation_ref,
-            "run_id": call.run_id,
-            "attempt": call.attempt,
-            "state": (step or {}).get("state"),
-            "step_url": (step or {}).get("url"),
-            "directive": dict(directive),
-            "input_sent": call.input_sent,
-        }
-        if call.input_withheld:
-            block["input_withheld"] = call.input_withheld
-        if call.input_edited:
-            # Approved by a reviewer (Holdpoint refuses an edit that carries a secret).
-            block["input_edited"] = True
-            block["input"] = call.arguments
-        block.update(more)
-        return block
-
-    def _line(self, call: _Call, step: Mapping[str, Any] | None, directive: Mapping[str, Any]) -> str:
-        line = describe(directive, step, call.operation_ref)
-        if call.input_edited:
-            line += " A reviewer approved an edited input: the tool was called with it, not with yours (see input)."
-        if directive.get("action") == "hold" and call.input_withheld:
-            line += f" The reviewer sees only the input's fingerprint: {call.input_withheld}."
-        return line
-
-    def _decorate(self, call: _Call, result: dict[str, Any], block: dict[str, Any], line: str) -> dict[str, Any]:
-        out = dict(result)
-        out["content"] = [*(result.get("content") or []), {"type": "text", "text": line}]
-        structured = result.get("structuredContent")
-        if call.tool not in self.closed_schemas or result.get("isError"):
-            if structured is None:
-                out["structuredContent"] = {"holdpoint": block}
-            elif isinstance(structured, Mapping) and "holdpoint" not in structured:
-                out["structuredContent"] = {**structured, "holdpoint": block}
-        meta = dict(result.get("_meta") or {})
-        meta[META_DIRECTIVE] = block
-        out["_meta"] = meta
-        return out
-
-    def _refused(self, call: _Call, code: str, step: Step | None, directive: Mapping[str, Any]) -> dict[str, Any]:
-        block = self._holdpoint_block(call, step, directive, refused=code)
+    def _refused(self, call: ToolCall, code: str, step: Step | None, directive: Mapping[str, Any]) -> dict[str, Any]:
         self._remember_held(call, directive)
-        line = self._line(call, step, directive) + " The tool was not called."
-        return self._decorate(call, {"content": [], "isError": True}, block, line)
+        return refused_answer(call, code, step, directive, closed_schema=call.tool in self.closed_schemas)
 
     def _answer(
         self,
-        call: _Call,
+        call: ToolCall,
         result: dict[str, Any] | None,
         failure: Failure | None,
         step: Step | None,
@@ -694,56 +470,16 @@ class HoldpointProxy:
         *,
         reported: bool,
     ) -> dict[str, Any]:
-        block = self._holdpoint_block(call, step, directive, reported=reported)
         self._remember_held(call, directive)
-        line = self._line(call, step, directive)
-        if not reported:
-            line += " (Holdpoint could not be told of this call; its next attempt will ask for verification.)"
-        if result is None:
-            # No result came back (timeout, MCP error, broken connection).
-            assert failure is not None
-            committed = step is not None and step["state"] == "succeeded"
-            what = failure.agent_message or failure.code
-            text = f"The tool call did not answer normally ({what})."
-            if committed:
-                text += " Holdpoint verified that it committed."
-            return self._decorate(
-                call, {"content": [{"type": "text", "text": text}], "isError": not committed}, block, line
-            )
-        return self._decorate(call, result, block, line)
-
-    def _local_error(self, text: str) -> dict[str, Any]:
-        return {"content": [{"type": "text", "text": text}], "isError": True}
-
-
-@contextmanager
-def _spent(call: _Call, what: str) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        call.spent[what] = call.spent.get(what, 0.0) + (time.perf_counter() - started) * 1000
-
-
-def _names_another_step(call: _Call, envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The step fields of the upstream's envelope that are not the call's own (its tool may go
-    by the upstream's name or by the one Holdpoint records)."""
-    own: dict[str, tuple[Any, ...]] = {
-        "tool": (call.tool, call.recorded_tool),
-        "operation_ref": (call.operation_ref,),
-        "run_id": (call.run_id,),
-        "attempt": (call.attempt,),
-    }
-    return {
-        # As JSON text, cut: evidence for the quarantine that cannot push the body over its limit.
-        key: _short(json.dumps(envelope[key], ensure_ascii=False, default=repr), MAX_NAMED)
-        for key, allowed in own.items()
-        if key in envelope and not any(_same(envelope[key], value) for value in allowed)
-    }
-
-
-def _same(value: Any, own: Any) -> bool:
-    return type(value) is type(own) and value == own  # strict: True is not attempt 1
+        return call_answer(
+            call,
+            result,
+            failure,
+            step,
+            directive,
+            reported=reported,
+            closed_schema=call.tool in self.closed_schemas,
+        )
 
 
 def _names_input(name: Any) -> bool:
@@ -761,67 +497,4 @@ def _approved(step: Mapping[str, Any], fingerprint: str) -> bool:
     return False
 
 
-def _verification_outcome(found: Mapping[str, Any]) -> tuple[VerificationOutcome | None, str | None]:
-    """(outcome, evidence_ref) from a verification tool's result: `{"outcome": committed |
-    not_found | unavailable, "evidence_ref"?}` or `{"found": bool, "evidence_ref"?}`."""
-    if found.get("isError"):
-        return "unavailable", None
-    data = found.get("structuredContent")
-    if not isinstance(data, Mapping):
-        return None, None
-    evidence = data.get("evidence_ref")
-    evidence = evidence if isinstance(evidence, str) and 1 <= len(evidence) <= 200 else None
-    outcome = data.get("outcome")
-    if outcome == "committed" or outcome == "not_found" or outcome == "unavailable":
-        return outcome, evidence
-    if isinstance(data.get("found"), bool):
-        return ("committed" if data["found"] else "not_found"), evidence
-    return None, None
-
-
-def _timeout_failure(timeout: float, side_effects: bool, default_delay: float) -> Failure:
-    message = f"the MCP server did not answer within {timeout:g}s"
-    if side_effects:
-        return Failure.outcome_unknown("UPSTREAM_TIMEOUT", agent_message=message + "; it may have committed")
-    not_before = now_utc() + dt.timedelta(seconds=default_delay)
-    return Failure.retry_later("UPSTREAM_TIMEOUT", not_before=not_before, category="dependency", agent_message=message)
-
-
-def _mcp_error_failure(error: MCPError, side_effects: bool) -> Failure:
-    message = _short(f"MCP error {error.code}: {error.message}")
-    if error.code == types.INVALID_PARAMS:
-        # Refused before the tool ran: the input is what to fix.
-        return Failure.invalid_input("INVALID_PARAMS", field="arguments", agent_message=message)
-    if error.code == types.METHOD_NOT_FOUND:
-        return Failure.escalate("TOOL_NOT_FOUND", category="validation", agent_message=message)
-    if side_effects:
-        return Failure.outcome_unknown("UPSTREAM_ERROR", agent_message=message + "; it may have committed")
-    return Failure.escalate("UPSTREAM_ERROR", category="dependency", agent_message=message)
-
-
-def _broken_failure(error: BaseException, side_effects: bool) -> Failure:
-    message = f"{type(error).__name__}: the connection to the MCP server broke during the call"
-    if side_effects:
-        return Failure.outcome_unknown("UPSTREAM_DISCONNECTED", agent_message=message + "; it may have committed")
-    return Failure.escalate("UPSTREAM_DISCONNECTED", category="dependency", agent_message=message)
-
-
-def _bare_error_failure(text: str, side_effects: bool) -> Failure:
-    message = _short("the tool reported an error" + (f": {text}" if text else ""))
-    if side_effects:
-        return Failure.outcome_unknown("TOOL_ERROR", category="internal", agent_message=message)
-    return Failure.escalate("TOOL_ERROR", category="internal", agent_message=message)
-
-
-__all__ = [
-    "META_APPROVED",
-    "META_ATTEMPT",
-    "META_DIRECTIVE",
-    "META_OPERATION_REF",
-    "META_RUN_ID",
-    "HoldpointProxy",
-    "SessionUpstream",
-    "Upstream",
-    "describe",
-    "looks_like_envelope",
-]
+__all__ = ["HoldpointProxy"]

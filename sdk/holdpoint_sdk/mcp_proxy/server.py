@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from .. import __version__
 from .config import ProxyConfig
 from .http import LeanAsyncHoldpoint
-from .proxy import HoldpointProxy, SessionUpstream, Upstream
+from .proxy import HoldpointProxy
 from .stdio import client_channel
-from .upstream import StdioUpstream, stdio_upstream
+from .upstream import SessionUpstream, StdioUpstream, Upstream, stdio_upstream
 
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 

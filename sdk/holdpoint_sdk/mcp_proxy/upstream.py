@@ -1,4 +1,6 @@
-"""The upstream MCP server launched over stdio: the proxy's own requests (a guarded tools/call,
+"""The upstream MCP server as the proxy sees it: what it needs of the connection (`Upstream`),
+an MCP `ClientSession` as one (`SessionUpstream`, for a server over streamable HTTP), and the
+server launched over stdio (`StdioUpstream`): the proxy's own requests (a guarded tools/call,
 a verification tool, what it passes through) on a short lane, the handshake and whatever the
 server asks of its client through the `mcp` package's `ClientSession`.
 
@@ -27,7 +29,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -44,6 +46,44 @@ LANE_ID_PREFIX = "holdpoint-mcp-"
 EXIT_GRACE_S = 2.0  # after stdin closes (mcp.client.stdio.PROCESS_TERMINATION_TIMEOUT)
 KILL_GRACE_S = 2.0  # after SIGTERM (mcp.client.stdio.FORCE_KILL_TIMEOUT)
 _EXIT_POLL_S = 0.01
+
+
+class Upstream(Protocol):
+    """What the proxy needs of the upstream connection (an MCP ClientSession)."""
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+        """Send one request; its raw result (wire names). Raises MCPError, TimeoutError."""
+        ...
+
+
+class _RawRequest(types.Request[dict[str, Any] | None, str]):
+    """Any request, its params passed as they came (the typed requests would drop what they
+    do not model)."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class SessionUpstream:
+    """An MCP `ClientSession` as the proxy's upstream: raw requests, raw results."""
+
+    def __init__(self, session: Any) -> None:
+        from pydantic import TypeAdapter
+
+        self.session = session
+        self._raw = TypeAdapter(dict[str, Any])
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, timeout: float | None) -> dict[str, Any]:
+        request = _RawRequest(method=method, params=dict(params) if params is not None else None)
+        try:
+            result: dict[str, Any] = await self.session.send_request(
+                request, self._raw, request_read_timeout_seconds=timeout
+            )
+        except MCPError as error:
+            if error.code == types.REQUEST_TIMEOUT:
+                raise TimeoutError(error.message) from error
+            raise
+        return result
 
 
 def _dumps(message: Mapping[str, Any]) -> bytes:
