@@ -270,8 +270,12 @@ class Load:
     def start(self) -> None:
         assert self.rate > 0, "calibrate first, or set HOLDPOINT_FAULT_RATE"
         self._stop.clear()
-        self._began = time.monotonic() + 0.2
-        self._threads = [threading.Thread(target=self._agent, args=(n,), daemon=True) for n in range(self.connections)]
+        # The clients first: made by the agents' threads, they delayed the schedule's first calls.
+        clients = [self._client(n) for n in range(self.connections)]
+        self._began = time.monotonic() + 0.1
+        self._threads = [
+            threading.Thread(target=self._agent, args=(n, client), daemon=True) for n, client in enumerate(clients)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -315,11 +319,11 @@ class Load:
             ("ingest", "/api/v1/envelopes", error_envelope(ref)),
         ]
 
-    def _agent(self, number: int) -> None:
+    def _agent(self, number: int, client: httpx.Client) -> None:
         period = 1.0 / self.rate
         first = self._began + period * number / self.connections
         calls: list[Call] = []
-        with self._client(number) as client:
+        with client:
             n = 0
             while True:
                 n += 1

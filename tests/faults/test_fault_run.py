@@ -147,6 +147,7 @@ def test_faults_under_load_lose_nothing_and_answer_no_500(postgresql: PostgreSQL
 
         load = Load(urls, key)
         load.calibrate()  # the rate, from the layout without faults (Load)
+        settled(postgresql, database)
         timers = timers_set(urls[0], key)
         windows: dict[str, tuple[float, float]] = {}
         windows_wall: dict[str, datetime] = {}
@@ -245,6 +246,15 @@ def timers_set(url: str, key: str) -> list[str]:
             assert step["state"] == "waiting_retry", step
             refs.append(step["operation_ref"])
     return refs
+
+
+def settled(postgresql: PostgreSQL, database: str, *, timeout: float = 30) -> None:
+    """Wait until the webhooks of the calls so far are delivered: the baseline then measures the
+    load alone, not the workers catching up with the calibration's."""
+    deadline = time.monotonic() + timeout
+    query = "SELECT count(*) FROM webhooks_outboxmessage WHERE status = 'pending'"
+    while postgresql.execute(database, query)[0][0] and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def drain(
