@@ -188,6 +188,10 @@ def test_faults_under_load_lose_nothing_and_answer_no_500(postgresql: PostgreSQL
         granted_attempts = postgresql.execute(database, "SELECT count(*) FROM envelopes_attempt")[0][0]
         fired = timer_transitions(postgresql, database, timers)
         messages = {row[0] for row in postgresql.execute(database, "SELECT message_id FROM webhooks_outboxmessage")}
+        # Beat, started again with the web and workers busy, may take a few seconds to send.
+        deadline = time.monotonic() + 60
+        while "Sending due task" not in beat.output_since_start(1) and time.monotonic() < deadline:
+            time.sleep(0.5)
         beat_again = beat.output_since_start(1)
 
     figures = measure(load, windows, receiver.ids, undelivered, broker)
