@@ -237,11 +237,12 @@ class Load:
     The rate is chosen by `calibrate`, without faults, on the machine the run is on: the agents
     first run in a closed loop (each sending its next call once the last is answered), which
     saturates the cores that also run both web servers, the workers, beat and PostgreSQL, and
-    `rate` is then SHARE of the throughput they reached. At that share the queue in front of
-    the web servers stays short and the latency measured is Holdpoint's answer; in a closed
-    loop it is mostly the wait behind the other agents' calls, and grows with their number
-    whatever Holdpoint does. A machine shared with other work sustains less, so the rate is
-    measured each run, not fixed. HOLDPOINT_FAULT_RATE (gate calls a second per agent) fixes it.
+    `rate` is then SHARE of the throughput they reached (at least MIN_RATE). At that share the
+    queue in front of the web servers stays short and the latency measured is Holdpoint's
+    answer; in a closed loop it is mostly the wait behind the other agents' calls, and grows
+    with their number whatever Holdpoint does. A machine shared with other work sustains less,
+    so the rate is measured each run, not fixed. HOLDPOINT_FAULT_RATE (gate calls a second per
+    agent) fixes it.
     """
 
     urls: list[str]
@@ -252,6 +253,9 @@ class Load:
     closed_loop_calls_per_s: float = 0.0  # what calibrate measured
 
     SHARE = 1 / 3
+    # The fewest gate calls a second per agent: enough calls for what the fault run counts on
+    # (over 100 of each kind, over 50 while Redis is down), on however slow a machine.
+    MIN_RATE = 0.6
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -264,7 +268,8 @@ class Load:
         self.closed_loop_calls_per_s = done / seconds
         fixed = os.environ.get("HOLDPOINT_FAULT_RATE")
         # Each agent's period holds two calls: its gate call and its envelope.
-        self.rate = float(fixed) if fixed else self.SHARE * self.closed_loop_calls_per_s / (2 * self.connections)
+        share = self.SHARE * self.closed_loop_calls_per_s / (2 * self.connections)
+        self.rate = float(fixed) if fixed else max(self.MIN_RATE, share)
         return self.closed_loop_calls_per_s
 
     def start(self) -> None:
