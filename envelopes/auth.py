@@ -9,7 +9,7 @@ Whatever revokes a key or changes a key or team renews the token once it commits
 call with a revoked key reads PostgreSQL again and answers 401, whichever process it reaches.
 Were Redis out of reach at that moment, a process could go on accepting the key it remembers
 for at most KNOWN_FOR_S; while Redis is out of reach, nothing remembered is used. Without the
-Redis cache every call reads the key.
+Redis cache every call reads the key, counted in its throttle window by the same statement.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
-from limits.throttle import token_read, token_renew, window_hit, window_hit_and_token
+from limits.throttle import row_and_window_hit_sql, token_read, token_renew, window_hit, window_hit_and_token
 
 from . import hot_sql
 from .models import ApiKey, Team
@@ -42,7 +42,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if scheme.lower() != "bearer" or not raw.strip():
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer hp_...'.")
         key_hash = ApiKey.hash_key(raw.strip())
-        key = _known_key(request, key_hash) or _read_key(key_hash)
+        key = _known_key(request, key_hash) or _read_key(request, key_hash)
         if key is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         return (None, key)
@@ -72,6 +72,31 @@ def _key_row(key_hash: str) -> tuple[Any, ...] | None:
     (key_hash is unique), the rows `ApiKey.objects.active().select_related("team")` would give."""
     sql, _, _ = _key_sql()
     return hot_sql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
+
+
+@functools.cache
+def _key_counted_sql() -> str | None:
+    """`_key_sql`'s read, its first column the key's throttle window (`api_key:<pk>`), and the
+    call counted in that window: one statement (None where the database cannot)."""
+    sql, _, _ = _key_sql()
+    window = f"CAST(%s AS text) || CAST(k.{connection.ops.quote_name(ApiKey._meta.pk.attname)} AS text)"
+    return row_and_window_hit_sql(sql.replace("SELECT ", f"SELECT {window}, ", 1))
+
+
+def _key_row_counted(request: Request, key_hash: str) -> tuple[Any, ...] | None:
+    """`_key_row`, and the call counted in the key's window in the same round trip where the
+    database can: the throttle then uses that count, as it does count_first's."""
+    sql = _key_counted_sql()
+    if sql is None:
+        return _key_row(key_hash)
+    _, length_s = ApiKeyRateThrottle._rate()
+    now = time.time()
+    bucket = int(now // length_s)
+    row = hot_sql.fetchone_bound(sql, [f"{ApiKeyRateThrottle.scope}:", key_hash, bucket])
+    if row is None:
+        return None
+    request._holdpoint_counted = _Counted(row[0], length_s, now, bucket, int(row[-1]))  # type: ignore[attr-defined]
+    return row[1:-1]
 
 
 def _key_of(row: tuple[Any, ...]) -> ApiKey:
@@ -137,11 +162,12 @@ def _known_key(request: Request, key_hash: str) -> ApiKey | None:
     return key
 
 
-def _read_key(key_hash: str) -> ApiKey | None:
+def _read_key(request: Request, key_hash: str) -> ApiKey | None:
     """The key read from PostgreSQL, and remembered when the shared token could be read first
-    (read after the row, a renewal between the two would go unseen)."""
+    (read after the row, a renewal between the two would go unseen). Without the token (Redis
+    down or absent) the call is counted in the key's window by the same statement."""
     token = token_read(KEYS_TOKEN)
-    row = _key_row(key_hash)
+    row = _key_row(key_hash) if token is not None else _key_row_counted(request, key_hash)
     if row is None:
         return None
     key = _key_of(row)

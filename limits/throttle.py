@@ -15,7 +15,9 @@ Redis is an optimisation, not a dependency: when it cannot be reached the hit is
 database instead (the table's window, apart from Redis's: each admits at most the limit), a
 warning is logged at most once a minute per process, and Redis is not tried again for
 RETRY_REDIS_AFTER_S (config.cache), so an outage costs no request a connection timeout each.
-The shared token cannot be read meanwhile (`None`): `envelopes.auth` then reads every key.
+The shared token cannot be read meanwhile (`None`): `envelopes.auth` then reads every key, and
+on PostgreSQL counts the call in the same statement (`row_and_window_hit_sql`): one round trip
+a call on that path, as with Redis.
 """
 
 from __future__ import annotations
@@ -159,20 +161,45 @@ _TOKEN_KEY = "token:{}"
 _UPSERT: str | None = None
 
 
+def _on_conflict(table: str) -> str:
+    """The upsert's conflict clause: the row is locked by the conflict, and SET reads the old row,
+    so a new window restarts the count at 1."""
+    return (
+        f"ON CONFLICT (key) DO UPDATE SET "
+        f"hits = CASE WHEN {table}.bucket = EXCLUDED.bucket THEN {table}.hits + 1 ELSE 1 END, "
+        f"bucket = EXCLUDED.bucket RETURNING hits"
+    )
+
+
 def _database_hit(key: str, bucket: int) -> int:
     global _UPSERT
     if _UPSERT is None:
         table = connection.ops.quote_name(ThrottleWindow._meta.db_table)
-        # PostgreSQL and SQLite (3.35+) both take this: the row is locked by the conflict, and
-        # SET reads the old row, so a new window restarts the count at 1.
-        _UPSERT = (
-            f"INSERT INTO {table} (key, bucket, hits) VALUES (%s, %s, 1) "  # noqa: S608 (table name only)
-            f"ON CONFLICT (key) DO UPDATE SET "
-            f"hits = CASE WHEN {table}.bucket = EXCLUDED.bucket THEN {table}.hits + 1 ELSE 1 END, "
-            f"bucket = EXCLUDED.bucket "
-            f"RETURNING hits"
-        )
+        # PostgreSQL and SQLite (3.35+) both take this.
+        _UPSERT = f"INSERT INTO {table} (key, bucket, hits) VALUES (%s, %s, 1) {_on_conflict(table)}"  # noqa: S608
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT, [key, bucket])
         row = cursor.fetchone()
     return int(row[0])
+
+
+def row_and_window_hit_sql(select_sql: str) -> str | None:
+    """`select_sql` (at most one row, its first column the throttle key of the window to count)
+    and a hit in that key's window, in one statement: the row, its last column the window's
+    hits (`window_hit`'s count, in the database); no row, and nothing counted, when
+    `select_sql` finds none. Its values: `select_sql`'s, then the window's bucket. None on a
+    database without data-modifying CTEs (SQLite): there the row and the hit take two.
+
+    The hit is the database's upsert (`_database_hit`), so it counts in the same window as the
+    calls `window_hit` counts there."""
+    if connection.vendor != "postgresql":
+        return None
+    table = connection.ops.quote_name(ThrottleWindow._meta.db_table)
+    # `found` is read once (MATERIALIZED); `counted` always returns the row it inserted or
+    # updated, so a key found gives one row, its hits last.
+    return (
+        f"WITH found (throttle_key) AS MATERIALIZED ({select_sql}), "  # noqa: S608 (names only)
+        f"counted AS (INSERT INTO {table} (key, bucket, hits) SELECT found.throttle_key, %s, 1 FROM found "
+        f"{_on_conflict(table)}) "
+        f"SELECT found.*, counted.hits FROM found, counted"
+    )

@@ -13,9 +13,12 @@ import httpx
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from config import cache as config_cache
-from envelopes.configuration import api_key_create, team_create
+from envelopes.configuration import api_key_create, api_keys_revoke, team_create
+from envelopes.models import ApiKey
 from limits import throttle
 from limits.models import ThrottleWindow
 from tests import worker
@@ -118,6 +121,48 @@ def test_with_redis_down_the_limit_still_holds(redis_down: None, agent: AgentCli
     statuses = [agent.get("/api/v1/steps").status_code for _ in range(5)]
 
     assert statuses == [200, 200, 200, 429, 429]
+
+
+def key_and_window_statements(call: Any) -> list[str]:
+    """The statements `call()` ran that read an API key or count a throttle window."""
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return [
+        query["sql"]
+        for query in queries.captured_queries
+        if '"envelopes_apikey"' in query["sql"] or '"limits_throttlewindow"' in query["sql"]
+    ]
+
+
+@pytest.mark.django_db
+def test_with_redis_down_a_call_reads_its_key_and_counts_its_window_in_one_statement(
+    redis_down: None, agent: AgentClient
+) -> None:
+    statuses: list[int] = []
+    for _ in range(3):  # the third run of a statement is the first prepared one
+        statements = key_and_window_statements(lambda: statuses.append(agent.get("/api/v1/steps").status_code))
+        if connection.vendor == "postgresql":
+            assert len(statements) == 1, statements
+            assert '"envelopes_apikey"' in statements[0] and '"limits_throttlewindow"' in statements[0]
+        else:  # SQLite has no data-modifying CTE: the read, then the upsert
+            assert len(statements) == 2, statements
+
+    assert statuses == [200] * 3
+    assert list(ThrottleWindow.objects.values_list("hits", flat=True)) == [3]
+
+
+@pytest.mark.django_db
+def test_with_redis_down_an_unknown_or_revoked_key_is_refused_and_counts_nothing(
+    redis_down: None, agent: AgentClient, team: Any
+) -> None:
+    unknown = AgentClient("hp_" + "x" * 40)
+    assert unknown.get("/api/v1/steps").status_code == 401
+    assert not ThrottleWindow.objects.exists()
+
+    assert agent.get("/api/v1/steps").status_code == 200
+    api_keys_revoke(ApiKey.objects.filter(team=team))
+    assert agent.get("/api/v1/steps").status_code == 401
+    assert list(ThrottleWindow.objects.values_list("hits", flat=True)) == [1]
 
 
 @pytest.mark.django_db

@@ -213,31 +213,74 @@ class Receiver:
 @dataclass
 class Call:
     op: str  # "gate" or "ingest"
-    started: float  # time.monotonic()
-    seconds: float
+    started: float  # time.monotonic() the call was due (its slot in the schedule)
+    seconds: float  # from `started` to the answer: a call sent late counts its wait
     status: int  # 0: no answer (a transport error)
     retry_after: str | None = None
     code: str | None = None
     envelope_id: int | None = None
     error: str = ""
+    sent: float = 0.0  # time.monotonic() it was sent
 
 
 @dataclass
 class Load:
     """`connections` agents, each on its own kept-alive connection to one of the web servers,
-    asking the gate for a new step then posting its error envelope, over and over."""
+    asking the gate for a new step then posting its error envelope, on a fixed schedule.
+
+    The load is open: each agent is due to send a gate call every 1 / `rate` seconds (the
+    agents' schedules spread evenly over a period) and its envelope half a period later,
+    whatever the answers take. A call's latency counts from the moment it was due, so a stall
+    delays and counts every call due meanwhile (no coordinated omission: a closed loop sends
+    fewer calls while the server stalls, and misses the wait of those it does not send).
+
+    The rate is chosen by `calibrate`, without faults, on the machine the run is on: the agents
+    first run in a closed loop (each sending its next call once the last is answered), which
+    saturates the cores that also run both web servers, the workers, beat and PostgreSQL, and
+    `rate` is then SHARE of the throughput they reached (at least MIN_RATE). At that share the
+    queue in front of the web servers stays short and the latency measured is Holdpoint's
+    answer; in a closed loop it is mostly the wait behind the other agents' calls, and grows
+    with their number whatever Holdpoint does. A machine shared with other work sustains less,
+    so the rate is measured each run, not fixed. HOLDPOINT_FAULT_RATE (gate calls a second per
+    agent) fixes it.
+    """
 
     urls: list[str]
     api_key: str
     connections: int = 8
-    pause_s: float = 0.02
+    rate: float = 0.0  # gate calls a second per agent; 0: not chosen yet (calibrate)
     calls: list[Call] = field(default_factory=list)
+    closed_loop_calls_per_s: float = 0.0  # what calibrate measured
+
+    SHARE = 1 / 3
+    # The fewest gate calls a second per agent: enough calls for what the fault run counts on
+    # (over 100 of each kind, over 50 while Redis is down), on however slow a machine.
+    MIN_RATE = 0.6
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._agent, args=(n,), daemon=True) for n in range(self.connections)]
+
+    def calibrate(self, seconds: float = 3.0) -> float:
+        """Choose `rate` (unless HOLDPOINT_FAULT_RATE gives it): the agents in a closed loop for
+        `seconds`, after a second to warm the servers up; the closed loop's calls a second."""
+        self._closed_loop(1.0)
+        done = self._closed_loop(seconds)
+        self.closed_loop_calls_per_s = done / seconds
+        fixed = os.environ.get("HOLDPOINT_FAULT_RATE")
+        # Each agent's period holds two calls: its gate call and its envelope.
+        share = self.SHARE * self.closed_loop_calls_per_s / (2 * self.connections)
+        self.rate = float(fixed) if fixed else max(self.MIN_RATE, share)
+        return self.closed_loop_calls_per_s
 
     def start(self) -> None:
+        assert self.rate > 0, "calibrate first, or set HOLDPOINT_FAULT_RATE"
+        self._stop.clear()
+        # The clients first: made by the agents' threads, they delayed the schedule's first calls.
+        clients = [self._client(n) for n in range(self.connections)]
+        self._began = time.monotonic() + 0.1
+        self._threads = [
+            threading.Thread(target=self._agent, args=(n, client), daemon=True) for n, client in enumerate(clients)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -246,28 +289,67 @@ class Load:
         for thread in self._threads:
             thread.join(timeout=60)
 
-    def _agent(self, number: int) -> None:
+    def _closed_loop(self, seconds: float) -> int:
+        """The agents calling back to back for `seconds`: how many calls were answered."""
+        answered = [0] * self.connections
+        deadline = time.monotonic() + seconds
+
+        def agent(number: int) -> None:
+            with self._client(number) as client:
+                n = 0
+                while time.monotonic() < deadline:
+                    n += 1
+                    ref = f"calibrate-{number}/{n}-{uuid.uuid4().hex[:6]}"
+                    for op, path, body in self._pair(ref):
+                        self._call(client, op, path, body, time.monotonic())
+                        answered[number] += 1
+
+        threads = [threading.Thread(target=agent, args=(n,), daemon=True) for n in range(self.connections)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=seconds + 60)
+        return sum(answered)
+
+    def _client(self, number: int) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        calls: list[Call] = []
-        with httpx.Client(base_url=self.urls[number % len(self.urls)], headers=headers, timeout=30) as client:
-            n = 0
-            while not self._stop.is_set():
-                n += 1
-                ref = f"load-{number}/{n}-{uuid.uuid4().hex[:6]}"
-                fingerprint = uuid.uuid4().hex * 2
-                calls.append(self._call(client, "gate", f"/api/v1/steps/{ref}/attempts", gate_body(fingerprint)))
-                calls.append(self._call(client, "ingest", "/api/v1/envelopes", error_envelope(ref)))
-                self._stop.wait(self.pause_s)
-        self.calls.extend(calls)  # one extend per thread: list.extend is atomic
+        return httpx.Client(base_url=self.urls[number % len(self.urls)], headers=headers, timeout=30)
 
     @staticmethod
-    def _call(client: httpx.Client, op: str, path: str, body: dict[str, Any]) -> Call:
-        started = time.monotonic()
+    def _pair(ref: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """An agent's two calls for a new step: the gate, then the step's error envelope."""
+        fingerprint = uuid.uuid4().hex * 2
+        return [
+            ("gate", f"/api/v1/steps/{ref}/attempts", gate_body(fingerprint)),
+            ("ingest", "/api/v1/envelopes", error_envelope(ref)),
+        ]
+
+    def _agent(self, number: int, client: httpx.Client) -> None:
+        period = 1.0 / self.rate
+        first = self._began + period * number / self.connections
+        calls: list[Call] = []
+        with client:
+            n = 0
+            while True:
+                n += 1
+                ref = f"load-{number}/{n}-{uuid.uuid4().hex[:6]}"
+                for half, (op, path, body) in enumerate(self._pair(ref)):
+                    due = first + (n - 1 + half / 2) * period
+                    if self._stop.wait(max(0.0, due - time.monotonic())):
+                        self.calls.extend(calls)  # one extend per thread: list.extend is atomic
+                        return
+                    calls.append(self._call(client, op, path, body, due))
+
+    @staticmethod
+    def _call(client: httpx.Client, op: str, path: str, body: dict[str, Any], due: float) -> Call:
+        content = json.dumps(body)
+        sent = time.monotonic()
         try:
-            response = client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+            response = client.post(path, content=content, headers={"Content-Type": "application/json"})
         except httpx.TransportError as error:
-            return Call(op, started, time.monotonic() - started, 0, error=f"{type(error).__name__}: {error}")
-        call = Call(op, started, time.monotonic() - started, response.status_code, response.headers.get("Retry-After"))
+            return Call(op, due, time.monotonic() - due, 0, sent=sent, error=f"{type(error).__name__}: {error}")
+        call = Call(op, due, time.monotonic() - due, response.status_code, sent=sent)
+        call.retry_after = response.headers.get("Retry-After")
         if response.headers.get("Content-Type", "").startswith("application/"):
             try:
                 answer = response.json()
