@@ -18,6 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.models import ApiKey, Team
+
 from . import hot, openapi, schema, services
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
@@ -30,7 +32,7 @@ from .idempotency import (
     idempotency_store,
 )
 from .lifecycle import State
-from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
+from .models import ErrorCode, SkippedResource, Step, Tool
 from .parsers import read_limited
 from .presenters import decisions_prefetch, rfc3339, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header

@@ -18,11 +18,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.models import Decision
+from accounts.models import Team
 from approvals.queries import STEP_QUEUES
 from envelopes.api import StepCursor, StrictSerializer, _valid
 from envelopes.errors import HoldpointError
-from envelopes.models import Step, Team
+from envelopes.models import Decision, Step
 from envelopes.parsers import EnvelopeJSONParser, _reject_constant, read_limited
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
 from envelopes.proposal import proposals_load

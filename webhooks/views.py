@@ -14,9 +14,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.models import Team
 from dashboard.once import once_claim, once_token
 from dashboard.shell import teams_of
-from envelopes.models import Team
 
 from . import ssrf
 from .forms import EndpointCreateForm, EndpointDisableForm, EndpointRotateForm

@@ -14,8 +14,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from accounts.services import api_key_create, team_create
 from config import cache as config_cache
-from envelopes.configuration import api_key_create, team_create
 from limits import throttle
 from limits.models import ThrottleWindow
 from tests import worker

@@ -8,9 +8,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from accounts.models import ApiKey, Team
+from accounts.services import api_key_create
 from envelopes.admin import ToolAdminForm
-from envelopes.configuration import api_key_create
-from envelopes.models import ApiKey, AuditEvent, Team, Tool
+from envelopes.models import AuditEvent, Tool
 from tests.conftest import AgentClient, error_envelope
 
 pytestmark = pytest.mark.django_db

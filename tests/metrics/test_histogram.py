@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from envelopes.models import AuditEvent, Step, Team, Tool
+from accounts.models import Team
+from envelopes.models import AuditEvent, Step, Tool
 from metrics.histogram import bucket_expression, bucket_of, bucket_value, from_samples, percentile
 
 

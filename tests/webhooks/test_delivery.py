@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks import delivery
 from webhooks.delivery import (
     LEASE,

@@ -11,7 +11,7 @@ import time_machine
 from django.db import transaction
 from django.utils import timezone
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks.delivery import MAX_TRIES, deliver_due_messages
 from webhooks.models import DeliveryTry, OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
