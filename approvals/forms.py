@@ -10,10 +10,9 @@ from django.core.validators import RegexValidator
 
 from dashboard.once import OnceForm
 from envelopes.errors import InputInvalid
-from envelopes.models import TOOL_NAME_RE
+from envelopes.models import TOOL_NAME_RE, Decision
 from envelopes.proposal import INPUT_MAX_BYTES, input_check, input_secret_check
 
-from .models import Decision
 from .queries import AGE_RE, QueueFilters, parse_age
 from .services import REASON_REQUIRED
 

@@ -17,13 +17,13 @@ from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Cast, Coalesce, Left
 from django.utils.functional import cached_property
 
+from accounts.models import Membership, Team
 from dashboard.shell import teams_of
 from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
-from envelopes.models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, Step, Team, Tool
+from envelopes.models import Attempt, AuditEvent, Decision, Envelope, ProposedInput, Quarantine, Step, Tool
 from envelopes.proposal import Proposal
 
 from .inputs import SUMMARY_SOURCE_CHARS, ShownChange, input_changes, input_pretty, input_summary
-from .models import Decision, Membership
 
 QUEUE_LIMIT = 50
 # Counts in the navigation (refreshed every 5 s by every open dashboard) and in the queue

@@ -9,21 +9,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import ApiKey, Membership, Team
+from accounts.services import NewApiKey, api_key_create, api_keys_revoke
 from envelopes import services as step_services
-from envelopes.configuration import NewApiKey, api_key_create, api_keys_revoke
 from envelopes.errors import InputInvalid
 from envelopes.events import event_emit
 from envelopes.lifecycle import State, allowed_reviewer_actions
-from envelopes.models import ApiKey, Step, Team, Tool
+from envelopes.models import Decision, Step, Tool
 from envelopes.presenters import decision_representation, step_representation
 from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
-
-from .models import Decision, Membership
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +49,6 @@ class InputRefused(DecisionRefused):
 
 class ToolNoLongerHalted(DecisionRefused):
     """A cancel-all found the tool resumed: before it started, or part way."""
-
-
-def reviewer_create(*, username: str, password: str, team: Team, role: str) -> User:
-    if role not in Membership.Role.values:
-        raise ValueError(f"role must be one of {', '.join(Membership.Role.values)}")
-    user_model = get_user_model()
-    with transaction.atomic():
-        user = user_model.objects.filter(username=username).first()
-        if user is None:
-            user = user_model.objects.create_user(username=username, password=password)
-        else:
-            user.set_password(password)
-            user.save()
-        Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
-    return user
 
 
 def membership_for(*, user: User, team: Team) -> Membership | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.contrib.auth import get_user_model
 
-from envelopes.models import Team, Tool
+from accounts.models import Team
+from envelopes.models import Tool
 
 from .services import tool_cancel_steps_while_halted
 

@@ -16,12 +16,11 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from envelopes.models import Attempt, AuditEvent, ProposedInput, Step
+from envelopes.models import Attempt, AuditEvent, Decision, ProposedInput, Step
 from notifications.models import SendTry
 from webhooks.models import DeliveryTry
 
 from .inputs import ShownChange, input_changes
-from .models import Decision
 
 PAGE_SIZE = 50
 # A live refresh re-reads what the page shows: the latest page plus the older pages the reviewer

@@ -23,6 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
+from accounts.models import ApiKey, Membership
 from dashboard.once import ShownOnce, once_claim, once_token
 from dashboard.shell import (
     HtmxHttpRequest,
@@ -35,12 +36,11 @@ from dashboard.shell import (
     tools_of,
 )
 from envelopes.errors import StepNotFound
-from envelopes.models import ApiKey, Quarantine, Step, Tool
+from envelopes.models import Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
 
 from . import inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
-from .models import Membership
 from .services import (
     DecisionRefused,
     DecisionResult,

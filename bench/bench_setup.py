@@ -24,7 +24,7 @@ import django
 
 django.setup()
 
-from envelopes.configuration import api_key_create, team_create  # noqa: E402 (after django.setup())
+from accounts.services import api_key_create, team_create  # noqa: E402 (after django.setup())
 from notifications.services import channel_create  # noqa: E402 (after django.setup())
 from webhooks.services import endpoint_create  # noqa: E402 (after django.setup())
 

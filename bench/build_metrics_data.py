@@ -336,8 +336,8 @@ def build(envelopes: int, days: int, seed: int) -> None:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from approvals.services import reviewer_create
-    from envelopes.configuration import api_key_create, error_code_upsert, team_create, tool_configure
+    from accounts.services import api_key_create, reviewer_create, team_create
+    from envelopes.configuration import error_code_upsert, tool_configure
     from envelopes.models import Tool
     from metrics.services import metrics_rollup
 

@@ -67,9 +67,9 @@ def build(held: int) -> None:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from approvals.models import Membership
-    from approvals.services import reviewer_create
-    from envelopes.configuration import team_create, tool_configure
+    from accounts.models import Membership
+    from accounts.services import reviewer_create, team_create
+    from envelopes.configuration import tool_configure
 
     started = time.monotonic()
     call_command("migrate", verbosity=0)

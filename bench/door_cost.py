@@ -94,8 +94,8 @@ def child(target: str, requests: int) -> None:
 
 
 def _api_key() -> str:
-    from envelopes.configuration import api_key_create, team_create
-    from envelopes.models import Team
+    from accounts.models import Team
+    from accounts.services import api_key_create, team_create
 
     team = Team.objects.filter(slug="bench-door").first() or team_create(slug="bench-door")
     return api_key_create(team=team, name="door").raw

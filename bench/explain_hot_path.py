@@ -75,8 +75,8 @@ class Explainer:
 
 
 def team_and_key(slug: str | None) -> tuple[str, str]:
-    from envelopes.configuration import api_key_create, team_create
-    from envelopes.models import Team
+    from accounts.models import Team
+    from accounts.services import api_key_create, team_create
     from webhooks.models import WebhookEndpoint
     from webhooks.services import endpoint_create
 

@@ -33,8 +33,8 @@ from django.core.cache import cache  # noqa: E402 (after django.setup())
 from django.core.management import call_command  # noqa: E402 (after django.setup())
 from rest_framework.test import APIClient  # noqa: E402 (after django.setup())
 
+from accounts.services import api_key_create, team_create  # noqa: E402 (after django.setup())
 from envelopes import events, services, transitions  # noqa: E402 (after django.setup())
-from envelopes.configuration import api_key_create, team_create  # noqa: E402 (after django.setup())
 from notifications.services import channel_create, channels_flush  # noqa: E402 (after django.setup())
 from webhooks import outbox  # noqa: E402 (after django.setup())
 

@@ -96,7 +96,7 @@ def instrument() -> list[tuple[str, bool]]:
 
 def endpoint() -> None:
     """One webhook endpoint for the profile's team (nothing listens: no worker delivers here)."""
-    from envelopes.models import Team
+    from accounts.models import Team
     from webhooks.models import WebhookEndpoint
     from webhooks.services import endpoint_create
 

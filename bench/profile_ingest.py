@@ -58,8 +58,8 @@ TEAM = "bench-profile"
 
 
 def api_key() -> str:
-    from envelopes.configuration import api_key_create, team_create
-    from envelopes.models import Team
+    from accounts.models import Team
+    from accounts.services import api_key_create, team_create
 
     team = Team.objects.filter(slug=TEAM).first() or team_create(slug=TEAM)
     return api_key_create(team=team, name="profile").raw
@@ -108,9 +108,10 @@ def parts(key: str, repeat: int) -> list[tuple[str, float]]:
     from django.core.cache import cache
     from rest_framework.test import APIRequestFactory
 
+    from accounts.auth import ApiKeyAuthentication, ApiKeyRateThrottle
+    from accounts.models import ApiKey
     from envelopes import schema
-    from envelopes.auth import ApiKeyAuthentication, ApiKeyRateThrottle
-    from envelopes.models import ApiKey, Step
+    from envelopes.models import Step
     from envelopes.presenters import step_representation
     from envelopes.redaction import looks_like_instruction, redact
     from envelopes.schema import validation

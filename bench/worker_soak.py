@@ -86,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from envelopes.configuration import team_create
+    from accounts.services import team_create
     from envelopes.models import Step
     from envelopes.services import envelope_ingest
     from webhooks.models import OutboxMessage

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "accounts",
     "envelopes",
     "approvals",
     "webhooks",
@@ -243,13 +244,13 @@ CONTENT_SECURITY_POLICY = {
 
 # --- API -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["envelopes.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["envelopes.auth.HasTeamKey"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["accounts.auth.HasTeamKey"],
     "DEFAULT_PARSER_CLASSES": ["envelopes.apikit.parsers.EnvelopeJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON for */* and application/json without parsing Accept; anything else as DRF does.
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "envelopes.apikit.negotiation.JsonFirstNegotiation",
-    "DEFAULT_THROTTLE_CLASSES": ["envelopes.auth.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.auth.ApiKeyRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api_key": env.str("HOLDPOINT_API_RATE", default="6000/min")},
     "EXCEPTION_HANDLER": "envelopes.apikit.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

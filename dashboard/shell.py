@@ -22,8 +22,8 @@ from django.utils.cache import patch_vary_headers
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from approvals.models import Membership
-from envelopes.models import TEAM_SLUG_RE, TOOL_NAME_RE, Team, Tool
+from accounts.models import TEAM_SLUG_RE, Membership, Team
+from envelopes.models import TOOL_NAME_RE, Tool
 
 
 class HtmxHttpRequest(HttpRequest):

@@ -15,6 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.models import ApiKey, Team
+
 from . import errors, hot, openapi, schema, services
 from .apikit.pagination import StepCursor
 from .apikit.problems import CONTENT_TYPE, problem_exception_handler
@@ -30,7 +32,7 @@ from .idempotency import (
     idempotency_store,
 )
 from .lifecycle import State
-from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
+from .models import ErrorCode, SkippedResource, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import input_accept, proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339

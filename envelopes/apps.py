@@ -6,16 +6,4 @@ class EnvelopesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
         from . import after_response  # noqa: F401  (connects its request signals)
-        from .auth import key_or_team_saved
-        from .models import ApiKey, Team
-
-        # A process remembers active keys with their team (envelopes.auth): a change to either
-        # has it read them again.
-        for model in (ApiKey, Team):
-            post_save.connect(key_or_team_saved, sender=model, dispatch_uid=f"holdpoint-keys-{model.__name__}-saved")
-            post_delete.connect(
-                key_or_team_saved, sender=model, dispatch_uid=f"holdpoint-keys-{model.__name__}-deleted"
-            )

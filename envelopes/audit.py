@@ -14,7 +14,9 @@ from django.db.models import CharField, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
-from .models import AuditEvent, AuditSeal, Step, Team, Tool
+from accounts.models import Team
+
+from .models import AuditEvent, AuditSeal, Step, Tool
 
 GENESIS = "0" * 64
 

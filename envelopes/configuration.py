@@ -1,20 +1,17 @@
-"""Writes that set a team up: teams, API keys, tool settings and the error-code catalog."""
+"""Writes that set a team's tools up: their settings and the error-code catalog."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import QuerySet
-from django.utils import timezone
+
+from accounts.models import Team
 
 from .audit import audit_append
-from .auth import api_keys_changed
-from .models import TOOL_NAME_RE, ApiKey, AuditEvent, ErrorCode, Team, Tool
+from .models import TOOL_NAME_RE, AuditEvent, ErrorCode, Tool
 from .transitions import tool_get_or_register
 
 TOOL_SETTINGS = {
@@ -33,37 +30,6 @@ CODE_FIELDS = ("category", "retry_class", "next_action", "side_effect", "descrip
 
 class ConfigurationError(ValueError):
     """A setting that breaks a rule; the message names it."""
-
-
-def team_create(*, slug: str, name: str = "") -> Team:
-    team = Team(slug=slug, name=name or slug)
-    try:
-        team.full_clean()
-    except ValidationError as error:
-        raise ConfigurationError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())) from error
-    team.save()
-    return team
-
-
-@dataclass(frozen=True)
-class NewApiKey:
-    api_key: ApiKey
-    raw: str  # shown once, never stored
-
-
-def api_key_create(*, team: Team, name: str) -> NewApiKey:
-    raw = ApiKey.generate()
-    key = ApiKey.objects.create(team=team, name=name, prefix=raw[: ApiKey.PREFIX_LENGTH], key_hash=ApiKey.hash_key(raw))
-    return NewApiKey(api_key=key, raw=raw)
-
-
-def api_keys_revoke(keys: QuerySet[ApiKey], *, now: datetime | None = None) -> int:
-    """Revoke the active keys among `keys`; returns how many. The next request with one of
-    them answers 401: the processes that remember it read it again (envelopes.auth)."""
-    revoked = keys.filter(revoked_at__isnull=True).update(revoked_at=now or timezone.now())
-    if revoked:
-        api_keys_changed()
-    return revoked
 
 
 def tool_name_check(name: str) -> None:

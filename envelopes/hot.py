@@ -36,11 +36,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
+from accounts.models import Team
+
 from . import hot_sql, schema
 from .errors import AttemptRefused
 from .events import Consumer, DomainEvent, Fold, consumers, folder_of
 from .lifecycle import TERMINAL
-from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Team, Tool
+from .models import Attempt, Envelope, ErrorCode, ProposedInput, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import AcceptedInput, Proposal, proposal_from_rows, proposal_remember
 from .services import REFUSAL_DETAIL, AttemptGrant, IngestAnswer, attempt_event, envelope_build, envelope_event

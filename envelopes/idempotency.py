@@ -22,9 +22,11 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from accounts.models import Team
+
 from . import hot_sql
 from .errors import HoldpointError
-from .models import IdempotencyRecord, Team
+from .models import IdempotencyRecord
 
 IN_FLIGHT_TIMEOUT = timedelta(seconds=60)
 # A request normally answers within a second: a duplicate is told to come back then. Once the

@@ -1,63 +1,22 @@
-"""The agent side's data: teams, tools, steps and their append-only history."""
+"""The core's data: tools, steps and their append-only history (attempts, reviewers' decisions,
+the audit log). Teams, members and keys are the accounts app's."""
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import datetime
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.models import Team
+
 from .lifecycle import HELD, TERMINAL, Snapshot, State
 
 TOOL_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
-# What full_clean lets a team's slug be (a SlugField of 64): other text names no team, and a
-# lookup never sends it to the database (PostgreSQL refuses a NUL in a parameter).
-TEAM_SLUG_RE = r"^[-a-zA-Z0-9_]{1,64}$"
 CODE_RE = r"^[A-Z][A-Z0-9_]{1,63}$"
-
-
-class Team(models.Model):
-    slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return self.slug
-
-
-class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
-    def active(self) -> ApiKeyQuerySet:
-        return self.filter(revoked_at__isnull=True)
-
-
-class ApiKey(models.Model):
-    """An agent runtime's credential. Only a SHA-256 of the key is stored; the prefix is shown."""
-
-    PREFIX_LENGTH = 11  # "hp_" + 8 characters
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, db_index=True)
-    key_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ApiKeyQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.name})"
-
-    @staticmethod
-    def hash_key(raw: str) -> str:
-        return hashlib.sha256(raw.encode()).hexdigest()
-
-    @classmethod
-    def generate(cls) -> str:
-        return "hp_" + secrets.token_urlsafe(32)
 
 
 class ToolQuerySet(models.QuerySet["Tool"]):
@@ -349,6 +308,51 @@ class Attempt(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_number_per_step")]
         ordering = ["number"]
+
+
+class Decision(models.Model):
+    """A reviewer's act on a held step. Append-only. Its table is still approvals_decision: the
+    model moved here from the approvals app in migration state only."""
+
+    class Action(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+        MARK_COMMITTED = "mark_committed"
+        PERMIT_RETRY = "permit_retry"
+        CANCEL = "cancel"
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="decisions")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    reason = models.TextField(blank=True)
+    decided_at = models.DateTimeField(default=timezone.now)
+    # An approval's input (contract §3, §4): the fingerprint it approved ("" for other acts, and
+    # for an approval of a step that had no fingerprinted attempt; null on the wire); `edited`
+    # when the reviewer approved an input of their own, which is then `edited_input` (checked to
+    # hold no secret).
+    input_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    edited = models.BooleanField(default=False)
+    edited_input = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "approvals_decision"
+        ordering = ["decided_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=["approve", "reject", "mark_committed", "permit_retry", "cancel"]),
+                name="decision_action_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(action="approve") | Q(input_fingerprint="", edited=False),
+                name="decision_input_only_on_approve",
+            ),
+            models.CheckConstraint(
+                condition=Q(edited=False, edited_input__isnull=True)
+                | (Q(edited=True, edited_input__isnull=False) & ~Q(input_fingerprint="")),
+                name="decision_edited_has_input",
+            ),
+        ]
+        indexes = [models.Index(fields=["step", "action", "decided_at"], name="decision_step_action_idx")]
 
 
 class ProposedInput(models.Model):

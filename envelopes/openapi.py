@@ -447,7 +447,7 @@ STEP_EXAMPLE = OpenApiExample(
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     """Documents `Authorization: Bearer hp_...` in the OpenAPI document."""
 
-    target_class = "envelopes.auth.ApiKeyAuthentication"
+    target_class = "accounts.auth.ApiKeyAuthentication"
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import Prefetch
 
 from . import lifecycle
-from .models import Envelope, Step
+from .models import Decision, Envelope, Step
 from .proposal import proposal_of
 from .rfc3339 import rfc3339
 
@@ -42,14 +42,11 @@ def step_url(step: Step) -> str:
 
 
 def decisions_prefetch() -> Prefetch:
-    """A list of steps' decisions with their reviewers, in one query. Decisions are the reviewer
-    app's rows (its model declares `related_name="decisions"` on Step): the core reads them
-    through that relation and never imports the app (dependencies point one way)."""
-    decision_model = Step._meta.get_field("decisions").related_model
-    return Prefetch("decisions", queryset=decision_model._default_manager.select_related("reviewer"))  # type: ignore[union-attr]
+    """A list of steps' decisions with their reviewers, in one query."""
+    return Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
 
 
-def _edited_binding(step: Step, decisions: list[Any]) -> Any | None:
+def _edited_binding(step: Step, decisions: list[Decision]) -> Decision | None:
     """The edited approval the step's binding holds (contract §4: the directive carries its input
     until a granted attempt uses it), or None."""
     if not step.approval_fingerprint:
@@ -62,7 +59,7 @@ def _edited_binding(step: Step, decisions: list[Any]) -> Any | None:
     return None
 
 
-def decision_representation(decision: Any) -> dict[str, Any]:
+def decision_representation(decision: Decision) -> dict[str, Any]:
     """A decision in the §4 step shape and the §5 `step.decided` body."""
     return {
         "action": decision.action,
@@ -74,7 +71,9 @@ def decision_representation(decision: Any) -> dict[str, Any]:
     }
 
 
-def _step_directive(step: Step, decisions: list[Any], *, reason: str, not_before: datetime | None) -> dict[str, Any]:
+def _step_directive(
+    step: Step, decisions: list[Decision], *, reason: str, not_before: datetime | None
+) -> dict[str, Any]:
     directive = directive_representation(step, reason=reason, not_before=not_before)
     edited = _edited_binding(step, decisions)
     if edited is not None:
@@ -96,7 +95,7 @@ def step_representation(
     `built`: this step's shape without a directive reason, already built in this request (for
     its `step.state_changed` event) and the step unchanged since; only the directive is built
     again, and only when the answer names its own reason or time (the hot path's answer)."""
-    decisions = list(step.decisions.all())  # type: ignore[attr-defined]
+    decisions = list(step.decisions.all())
     if built is not None:
         if not directive_reason and directive_not_before is None:
             return built

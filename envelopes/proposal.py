@@ -286,10 +286,9 @@ def _from_refused(row: Any) -> Proposal:
 
 def _edited_under_review(step: Step) -> Proposal:
     """An edited approval the agent has not run yet and that is under review again (the agent
-    asked for approval before running it): the binding is that input, so it is the proposal.
-    Read through the relation the reviewer app declares on Step (the core does not import it)."""
+    asked for approval before running it): the binding is that input, so it is the proposal."""
     decision = (
-        step.decisions.filter(  # type: ignore[attr-defined]
+        step.decisions.filter(
             action="approve", edited=True, input_fingerprint=step.approval_fingerprint
         )
         .order_by("-id")

@@ -15,6 +15,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import Team
+
 from . import lifecycle, schema
 from .audit import audit_append
 from .errors import (
@@ -27,7 +29,7 @@ from .errors import (
     ToolNotFound,
 )
 from .events import event_emit
-from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Team, Tool
+from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Tool
 from .presenters import step_representation
 from .proposal import AcceptedInput, Proposal, input_accept, proposal_remember
 from .redaction import redact_body, redact_json

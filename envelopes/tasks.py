@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from accounts.models import Team
+
 from . import services
 from .audit import audit_seal
 from .events import domain_event_purge
 from .idempotency import idempotency_purge
-from .models import Team
 from .retention import quarantine_purge
 
 

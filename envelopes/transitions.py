@@ -19,12 +19,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from accounts.models import Team
+
 from . import lifecycle
 from .audit import audit_append, audit_link
 from .errors import StepNotFound, ToolLimitReached, ToolMismatch
 from .events import event_emit
 from .lifecycle import HELD, Outcome, Snapshot
-from .models import AuditEvent, ErrorCode, Step, Team, Tool
+from .models import AuditEvent, ErrorCode, Step, Tool
 from .presenters import step_representation
 
 AGENT = "agent"

@@ -40,7 +40,7 @@ def _counter() -> models.PositiveIntegerField:
 class Rollup(models.Model):
     """Everything one tool did in one period; periods add up by addition (see aggregates)."""
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     tool = models.ForeignKey("envelopes.Tool", on_delete=models.CASCADE, related_name="+")
 
     envelopes = _counter()
@@ -112,7 +112,7 @@ class ToolTotal(models.Model):
     plus the live tail, instead of summing every ToolHour on each scrape."""
 
     tool = models.OneToOneField("envelopes.Tool", on_delete=models.CASCADE, related_name="metric_total")
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
 
     envelopes = _counter()
     errors = _counter()

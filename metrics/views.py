@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.models import Membership
+from accounts.models import Membership
 from dashboard import shell as dashboard
 from dashboard.shell import HtmxHttpRequest, dashboard_login_required
 from envelopes.configuration import ConfigurationError, error_code_upsert, tool_configure

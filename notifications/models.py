@@ -43,7 +43,7 @@ class Channel(models.Model):
         SLACK = "slack"
         WEBHOOK = "webhook"
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="notification_channels")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="notification_channels")
     name = models.CharField(max_length=100, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     # email: comma-separated addresses or "@reviewers"; slack: the incoming-webhook URL (itself a
@@ -94,7 +94,7 @@ class Channel(models.Model):
 class Watch(models.Model):
     """A step that entered a held state, as one channel follows it. Updated, not history."""
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="watches")
     step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, related_name="+")
     state = models.CharField(max_length=20)
@@ -127,7 +127,7 @@ class Message(models.Model):
         DEAD = "dead"
         DROPPED = "dropped"  # every step it announced was decided before it went out
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="messages")
     message_id = models.CharField(max_length=64, unique=True)  # webhook-id, the same on every try
     kind = models.CharField(max_length=40)  # an event, "digest" or "test"
@@ -179,7 +179,7 @@ class Notice(models.Model):
         DROPPED = "dropped"  # the step moved on (or the channel was disabled) before it went out
         FOLDED = "folded"  # a step of a halted tool: the halt's message speaks for it
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notices")
     event = models.CharField(max_length=40)
     step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+")

@@ -18,7 +18,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from envelopes.models import TOOL_NAME_RE, Step, Team, Tool
+from accounts.models import Team
+from envelopes.models import TOOL_NAME_RE, Step, Tool
 from outbound import ssrf
 from outbound.signing import secret_generate
 

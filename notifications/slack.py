@@ -380,7 +380,7 @@ def _out_of_date(step: Step, press: Press) -> str:
 def _already_decided(step: Any) -> str:
     """What a stale Approve tells everyone in the channel: who decided, or, while the step is
     still held (another reviewer's first of two approvals, a new envelope), that it changed."""
-    from approvals.models import Decision
+    from envelopes.models import Decision
 
     what = f"{step.tool.name} {step.operation_ref}"
     if step.held:

@@ -17,13 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.models import Decision
+from accounts.models import Team
 from approvals.queries import STEP_QUEUES
 from envelopes.apikit.pagination import StepCursor
 from envelopes.apikit.parsers import EnvelopeJSONParser, decode_json, read_limited
 from envelopes.apikit.serializers import StrictSerializer, validated
 from envelopes.errors import HoldpointError
-from envelopes.models import Step, Team
+from envelopes.models import Decision, Step
 from envelopes.openapi import REF_PARAMETER  # the agent API's: the same ref, URL-encoded
 from envelopes.presenters import decision_representation, decisions_prefetch, step_representation
 from envelopes.proposal import proposals_load

@@ -13,8 +13,8 @@ from typing import Any
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from envelopes.auth import ApiKeyRateThrottle
-from envelopes.models import ApiKey
+from accounts.auth import ApiKeyRateThrottle
+from accounts.models import ApiKey
 
 from .errors import ReviewerTokenRequired
 from .models import TOKEN_PREFIX, ReviewerToken

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from envelopes.models import ApiKey
+from accounts.models import ApiKey
 
 TOKEN_PREFIX = "hpr_"
 

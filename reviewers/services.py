@@ -19,11 +19,11 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from approvals.models import Decision, Membership
+from accounts.models import TEAM_SLUG_RE, Membership, Team
 from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, InputRefused, step_decide
 from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
-from envelopes.models import TEAM_SLUG_RE, Step, Team
+from envelopes.models import Decision, Step
 from envelopes.presenters import step_representation
 from envelopes.services import step_lock_for_decision
 

@@ -11,9 +11,8 @@ from django.core.cache import cache
 from django.test import Client
 from rest_framework.test import APIClient
 
-from approvals.services import reviewer_create
-from envelopes.configuration import api_key_create, team_create
-from envelopes.models import Team
+from accounts.models import Team
+from accounts.services import api_key_create, reviewer_create, team_create
 
 PASSWORD = "correct-horse-battery"
 

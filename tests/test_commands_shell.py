@@ -15,10 +15,10 @@ from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from approvals.models import Membership
+from accounts.models import ApiKey, Membership, Team
+from accounts.services import api_key_create, team_create
 from envelopes import services
-from envelopes.configuration import api_key_create, team_create
-from envelopes.models import ApiKey, AuditEvent, ErrorCode, Step, Team, Tool
+from envelopes.models import AuditEvent, ErrorCode, Step, Tool
 from metrics.models import ToolHour
 from tests import worker
 from tests.conftest import AgentClient, error_envelope, success_envelope

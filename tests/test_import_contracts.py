@@ -55,6 +55,12 @@ class Breach:
 
 
 BREACHES = [
+    Breach(
+        "accounts-at-the-bottom",
+        "accounts.services",
+        "from envelopes import models",
+        "accounts.services -> envelopes.models",
+    ),
     Breach("core-below-consumers", "envelopes.events", "import webhooks.outbox", "envelopes.events -> webhooks.outbox"),
     Breach(
         "limits-at-the-bottom",
@@ -150,17 +156,17 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, breach: Breach) 
 
 
 def test_an_indirect_import_breaks_the_contract(tmp_path: Path) -> None:
-    # The core imports limits, which is allowed; limits reaching a page app then puts that app
-    # under the core, and the core's contract reports the chain.
+    # accounts imports limits, which is allowed; limits reaching a page app then puts that app
+    # under accounts, and accounts' contract reports the chain.
     tree = copy_project(tmp_path)
     throttle = tree / "limits" / "throttle.py"
     throttle.write_text(throttle.read_text() + "\nimport approvals.services\n")
-    assert "from limits.throttle import" in (tree / "envelopes" / "auth.py").read_text()
+    assert "from limits.throttle import" in (tree / "accounts" / "auth.py").read_text()
 
-    result = lint_imports(tree, "core-below-consumers")
+    result = lint_imports(tree, "accounts-at-the-bottom")
 
     assert result.returncode != 0, result.stdout
-    assert f"{CONTRACTS['core-below-consumers']} BROKEN" in result.stdout
+    assert f"{CONTRACTS['accounts-at-the-bottom']} BROKEN" in result.stdout
     assert "limits.throttle -> approvals.services" in result.stdout
 
 
@@ -168,14 +174,14 @@ def test_a_paid_debt_fails_until_its_ignore_is_deleted(tmp_path: Path) -> None:
     # Every ignore_imports entry names an import that exists: when the code stops making it,
     # lint-imports fails on the stale entry, so the list of debts stays the list of debts.
     tree = copy_project(tmp_path)
-    shell = tree / "dashboard" / "shell.py"
-    assert "from approvals.models import Membership\n" in shell.read_text()
-    shell.write_text(shell.read_text().replace("from approvals.models import Membership\n", ""))
+    auth = tree / "accounts" / "auth.py"
+    assert "from envelopes import hot_sql\n" in auth.read_text()
+    auth.write_text(auth.read_text().replace("from envelopes import hot_sql\n", ""))
 
-    result = lint_imports(tree, "shell-below-pages")
+    result = lint_imports(tree, "accounts-at-the-bottom")
 
     assert result.returncode != 0, result.stdout
-    assert "No matches for ignored import dashboard.shell -> approvals.models" in result.stdout + result.stderr
+    assert "No matches for ignored import accounts.auth -> envelopes.hot_sql" in result.stdout + result.stderr
 
 
 def test_no_app_loads_a_project_module_by_a_literal_name() -> None:

@@ -22,7 +22,7 @@ class WebhookEndpointQuerySet(models.QuerySet["WebhookEndpoint"]):
 
 
 class WebhookEndpoint(models.Model):
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="webhook_endpoints")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="webhook_endpoints")
     url = models.URLField(max_length=2000)
     # The signing secret (whsec_...). It has to be kept to sign; it is shown once at creation.
     secret = models.CharField(max_length=200)
@@ -61,7 +61,7 @@ class OutboxMessage(models.Model):
         ENDPOINT_GONE = "endpoint_gone", "The endpoint answered 410 Gone"
         ENDPOINT_DISABLED = "endpoint_disabled", "The endpoint was disabled"
 
-    team = models.ForeignKey("envelopes.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="messages")
     step = models.ForeignKey(
         "envelopes.Step",

@@ -8,8 +8,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import Team
 from envelopes.after_response import on_commit_later
-from envelopes.models import Team
 from outbound import ssrf
 from outbound.signing import secret_generate
 

@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.models import Team
 from dashboard.once import ShownOnce, once_claim, once_token, url_host
 from dashboard.shell import (
     HtmxHttpRequest,
@@ -19,7 +20,6 @@ from dashboard.shell import (
     page_render,
     teams_of,
 )
-from envelopes.models import Team
 from outbound import ssrf
 
 from .forms import EndpointCreateForm, EndpointDisableForm, EndpointRotateForm

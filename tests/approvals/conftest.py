@@ -10,8 +10,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from accounts.models import Team
 from envelopes.configuration import tool_configure
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from tests.conftest import AgentClient, error_envelope, logged_in, unknown_outcome
 
 

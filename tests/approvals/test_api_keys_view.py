@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.test import Client
 
-from envelopes.configuration import api_key_create
-from envelopes.models import ApiKey, Team
+from accounts.models import ApiKey, Team
+from accounts.services import api_key_create
 from tests.conftest import AgentClient, error_envelope, logged_in
 
 pytestmark = pytest.mark.django_db

@@ -12,11 +12,10 @@ from django.db import connection, transaction
 from django.test import Client
 
 from approvals import services
-from approvals.models import Decision
 from approvals.services import ToolNoLongerHalted, tool_cancel_held_steps
 from approvals.tasks import cancel_held_steps
 from envelopes.audit import audit_verify
-from envelopes.models import AuditEvent, Step, Tool
+from envelopes.models import AuditEvent, Decision, Step, Tool
 from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
 from tests.conftest import AgentClient
 from tests.worker import Worker, wait_until

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from approvals.models import Decision
 from approvals.services import DecisionRefused, InputRefused, step_decide
-from envelopes.models import AuditEvent, Step, Tool
+from envelopes.models import AuditEvent, Decision, Step, Tool
 from envelopes.proposal import INPUT_MAX_BYTES, INPUT_MAX_DEPTH, input_fingerprint
 from tests.conftest import error_envelope
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.models import Decision
 from approvals.services import DecisionRefused, step_decide
 from envelopes.audit import audit_verify
-from envelopes.models import AuditEvent, Step
+from envelopes.models import AuditEvent, Decision, Step
 from envelopes.proposal import input_fingerprint
 from tests.conftest import error_envelope
 from tests.envelopes.test_concurrency import run_together

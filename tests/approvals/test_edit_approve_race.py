@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from approvals.models import Decision
-from envelopes.models import AuditEvent
+from envelopes.models import AuditEvent, Decision
 from envelopes.proposal import input_fingerprint
 from tests.approvals.conftest import HTMX, held_with_input
 from tests.conftest import AgentClient, logged_in

@@ -11,8 +11,7 @@ import pytest
 from django.test import Client
 
 from approvals.inputs import input_pretty
-from approvals.models import Decision
-from envelopes.models import Step
+from envelopes.models import Decision, Step
 from envelopes.proposal import INPUT_MAX_BYTES, input_canonical, input_fingerprint
 from tests.approvals.conftest import HTMX, approval_envelope, held_with_input, post_envelope
 from tests.conftest import AgentClient, logged_in, unknown_outcome

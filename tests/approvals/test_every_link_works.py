@@ -10,7 +10,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from envelopes.models import Team
+from accounts.models import Team
 from envelopes.services import envelope_quarantine
 from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
 from tests.conftest import AgentClient, error_envelope, logged_in, unknown_outcome

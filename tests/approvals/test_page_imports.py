@@ -48,13 +48,23 @@ def test_no_page_app_imports_another_apps_views() -> None:
 
 
 def test_the_shell_sits_below_the_page_apps() -> None:
-    """dashboard may read who belongs to which team (approvals.models) and nothing else above it."""
+    """dashboard reads who belongs to which team from accounts, and nothing above it."""
+    offenders = [f"{path}: {module}" for path, module in _imports("dashboard") if module.split(".")[0] in PAGE_APPS]
+    assert offenders == []
+
+
+def test_no_page_app_reads_roles_from_another_page_app() -> None:
+    """Teams, memberships and keys are accounts' (issue 24): every page app, and the shell, reads
+    them from accounts.models, none from another app."""
+    role_models = ("Team", "Membership", "ApiKey")
     offenders = [
         f"{path}: {module}"
-        for path, module in _imports("dashboard")
-        if module.split(".")[0] in PAGE_APPS and not module.startswith("approvals.models")
+        for app in (*PAGE_APPS, "dashboard")
+        for path, module in _imports(app)
+        if module.rpartition(".")[2] in role_models and module.rpartition(".")[0] != "accounts.models"
     ]
     assert offenders == []
+    assert not (ROOT / "approvals" / "models.py").exists()
 
 
 def test_the_one_time_tokens_have_one_home() -> None:

@@ -17,8 +17,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from approvals.models import Decision
-from envelopes.models import Quarantine, Step, Tool
+from envelopes.models import Decision, Quarantine, Step, Tool
 from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
 from tests.conftest import AgentClient, logged_in
 from tests.odd_input import FRAMEWORK_ROUTES, PAGE_ROUTES, odd_query, odd_segment, odd_text, sweep

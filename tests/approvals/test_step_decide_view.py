@@ -9,8 +9,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from approvals.models import Decision
-from envelopes.models import AuditEvent, Step
+from envelopes.models import AuditEvent, Decision, Step
 from tests.approvals.conftest import HTMX, approval_envelope
 from tests.conftest import logged_in
 

@@ -15,10 +15,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from accounts.models import Team
 from approvals.services import step_decide
 from approvals.timeline import PAGE_SIZE, Cursor
 from envelopes import services
-from envelopes.models import AuditEvent, Envelope, Step, Team
+from envelopes.models import AuditEvent, Envelope, Step
 from tests.approvals.conftest import approval_envelope, htmx_headers, post_envelope
 from tests.conftest import AgentClient, error_envelope, success_envelope
 from webhooks.models import DeliveryTry, OutboxMessage, WebhookEndpoint

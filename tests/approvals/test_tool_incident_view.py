@@ -8,8 +8,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from approvals.models import Decision
-from envelopes.models import AuditEvent, Step, Tool
+from envelopes.models import AuditEvent, Decision, Step, Tool
 from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
 from tests.conftest import AgentClient, logged_in
 

@@ -21,8 +21,9 @@ from django.utils import timezone
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 from pytest_django.live_server_helper import LiveServer
 
+from accounts.models import Team
 from envelopes.configuration import tool_configure
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, outage_envelope, post_envelope
 from tests.conftest import PASSWORD, AgentClient, error_envelope, unknown_outcome
 

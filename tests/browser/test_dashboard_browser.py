@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import Membership
+from accounts.models import Membership
 from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.browser.conftest import Watched, log_in, screenshot

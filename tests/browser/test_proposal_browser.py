@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from accounts.models import Team
 from approvals.services import step_decide
 from envelopes.configuration import tool_configure
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from envelopes.proposal import input_fingerprint
 from tests.approvals.conftest import held_with_input, propose
 from tests.browser.conftest import Watched, log_in, screenshot

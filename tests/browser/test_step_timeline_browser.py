@@ -13,8 +13,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Response, expect
 
+from accounts.models import Team
 from envelopes import services
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from tests.browser.conftest import Watched, log_in
 from tests.conftest import error_envelope, success_envelope
 

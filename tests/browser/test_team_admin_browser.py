@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from accounts.models import ApiKey, Team
 from envelopes.configuration import tool_configure
-from envelopes.models import ApiKey, Team, Tool
+from envelopes.models import Tool
 from tests.browser.conftest import Watched, log_in
 from tests.conftest import AgentClient
 

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db import connection, connections
 from django.db.backends.postgresql import base as django_postgresql
 
+from accounts.services import api_key_create, team_create
 from config.postgresql import base as holdpoint_postgresql
-from envelopes.configuration import api_key_create, team_create
 from tests import worker
 from tests.deploy.deployment import admin_connection, base_environment, gunicorn
 

@@ -1,5 +1,5 @@
 """A revoked API key answers 401 on its next call in every web process, though each process
-remembers the keys it has read (envelopes.auth): gunicorn's workers as deployed, the key revoked
+remembers the keys it has read (accounts.auth): gunicorn's workers as deployed, the key revoked
 by `manage.py revokeapikey` in a process of its own."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from envelopes.configuration import api_key_create, team_create
+from accounts.services import api_key_create, team_create
 from tests import worker
 from tests.deploy.deployment import base_environment, gunicorn, manage
 

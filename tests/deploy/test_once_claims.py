@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from envelopes.models import ApiKey, Team
+from accounts.models import ApiKey, Team
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db

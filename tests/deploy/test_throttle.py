@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import ApiKey
+from accounts.services import api_key_create, api_keys_revoke, team_create
 from config import cache as config_cache
-from envelopes.configuration import api_key_create, api_keys_revoke, team_create
-from envelopes.models import ApiKey
 from limits import throttle
 from limits.models import ThrottleWindow
 from tests import worker

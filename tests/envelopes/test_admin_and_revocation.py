@@ -8,9 +8,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from accounts.models import ApiKey, Team
+from accounts.services import api_key_create
 from envelopes.admin import ToolAdminForm
-from envelopes.configuration import api_key_create
-from envelopes.models import ApiKey, AuditEvent, Team, Tool
+from envelopes.models import AuditEvent, Tool
 from tests.conftest import AgentClient, error_envelope
 
 pytestmark = pytest.mark.django_db
@@ -50,13 +51,13 @@ def test_revokeapikey_names_what_it_cannot_find(team: Team, other_team: Team) ->
 def test_the_admin_revokes_keys_and_never_shows_their_hash(admin_client: Client, team: Team) -> None:
     created = api_key_create(team=team, name="ci")
     key = created.api_key
-    page = admin_client.get(f"/admin/envelopes/apikey/{key.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/accounts/apikey/{key.pk}/change/").content.decode()
     assert key.prefix in page
     assert key.key_hash not in page and created.raw not in page
-    assert admin_client.get("/admin/envelopes/apikey/add/").status_code == 403
+    assert admin_client.get("/admin/accounts/apikey/add/").status_code == 403
 
     response = admin_client.post(
-        "/admin/envelopes/apikey/", {"action": "revoke", "_selected_action": [str(key.pk)]}, follow=True
+        "/admin/accounts/apikey/", {"action": "revoke", "_selected_action": [str(key.pk)]}, follow=True
     )
     assert "Revoked 1 API key(s)" in response.content.decode()
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
@@ -125,9 +126,9 @@ def test_the_admin_deletes_no_team_tool_or_key(admin_client: Client, team: Team)
     tool = Tool.objects.create(team=team, name="send_email")
     key = api_key_create(team=team, name="ci").api_key
     for url in (
-        f"/admin/envelopes/team/{team.pk}/delete/",
+        f"/admin/accounts/team/{team.pk}/delete/",
         f"/admin/envelopes/tool/{tool.pk}/delete/",
-        f"/admin/envelopes/apikey/{key.pk}/delete/",
+        f"/admin/accounts/apikey/{key.pk}/delete/",
     ):
         assert admin_client.post(url, {"post": "yes"}).status_code == 403, url
     assert Team.objects.filter(pk=team.pk).exists() and Tool.objects.filter(pk=tool.pk).exists()

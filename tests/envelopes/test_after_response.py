@@ -17,9 +17,9 @@ from django.db import transaction
 from django.test.utils import override_settings
 from pytest_django.live_server_helper import LiveServer
 
+from accounts.models import Team
+from accounts.services import api_key_create
 from envelopes.after_response import later, on_commit_later
-from envelopes.configuration import api_key_create
-from envelopes.models import Team
 from tests.conftest import AgentClient, error_envelope
 from webhooks.services import endpoint_create
 

@@ -10,8 +10,9 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.models import Team
 from envelopes.audit import SEAL_SETTLE, _event_fields, _link_hash, audit_append, audit_seal, audit_verify
-from envelopes.models import AuditEvent, AuditSeal, Step, Team
+from envelopes.models import AuditEvent, AuditSeal, Step
 from tests.conftest import AgentClient, error_envelope
 
 

@@ -7,8 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from approvals.models import Membership
-from envelopes.models import ApiKey, AuditEvent, ErrorCode, Step, Team, Tool
+from accounts.models import ApiKey, Membership, Team
+from envelopes.models import AuditEvent, ErrorCode, Step, Tool
 from tests.conftest import AgentClient, error_envelope, success_envelope
 
 pytestmark = pytest.mark.django_db

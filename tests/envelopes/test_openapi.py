@@ -7,7 +7,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from envelopes.configuration import api_key_create
+from accounts.services import api_key_create
 
 
 @pytest.mark.django_db
@@ -65,7 +65,7 @@ def test_the_api_never_answers_5xx_or_a_non_problem_error(case) -> None:  # type
 
 
 def _fuzz_team():  # type: ignore[no-untyped-def]
-    from envelopes.models import Team
+    from accounts.models import Team
 
     return Team.objects.get_or_create(slug="fuzz")[0]
 

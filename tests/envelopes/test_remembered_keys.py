@@ -1,5 +1,5 @@
 """A web process remembers the API keys it has read, checked against a token in Redis on every
-call (envelopes.auth): a call with a known key reads no SQL, and a revoked key answers 401 on
+call (accounts.auth): a call with a known key reads no SQL, and a revoked key answers 401 on
 its next call all the same."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from envelopes import auth
-from envelopes.configuration import api_key_create, api_keys_revoke
-from envelopes.models import ApiKey, Team
+from accounts import auth
+from accounts.models import ApiKey, Team
+from accounts.services import api_key_create, api_keys_revoke
 from limits import throttle
 from tests.conftest import AgentClient, error_envelope
 

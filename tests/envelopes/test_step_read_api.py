@@ -94,7 +94,7 @@ def test_the_list_never_shows_another_teams_steps(agent, other_agent) -> None:
 
 
 def test_a_throttled_key_gets_429_with_retry_after(agent, monkeypatch) -> None:
-    from envelopes.auth import ApiKeyRateThrottle
+    from accounts.auth import ApiKeyRateThrottle
 
     monkeypatch.setattr(ApiKeyRateThrottle, "rate", "3/min", raising=False)
     statuses = [agent.get("/api/v1/steps").status_code for _ in range(4)]

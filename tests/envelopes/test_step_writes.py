@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from accounts.models import Team
 from envelopes import services
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from tests.conftest import error_envelope, fingerprint, unknown_outcome
 
 pytestmark = pytest.mark.django_db

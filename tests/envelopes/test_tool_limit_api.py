@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from accounts.models import Team
 from envelopes.configuration import tool_configure
 from envelopes.errors import ToolLimitReached
-from envelopes.models import Envelope, Quarantine, Step, Team, Tool
+from envelopes.models import Envelope, Quarantine, Step, Tool
 from envelopes.transitions import tool_auto_register
 from tests.conftest import error_envelope, fingerprint
 from tests.envelopes.test_concurrency import run_together

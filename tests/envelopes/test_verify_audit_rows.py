@@ -10,10 +10,11 @@ import sys
 import pytest
 from django.db import connection
 
+from accounts.models import Team
 from approvals.services import step_decide
 from envelopes.audit import steps_against_chains
 from envelopes.configuration import tool_configure
-from envelopes.models import AuditEvent, Step, Team
+from envelopes.models import AuditEvent, Step
 from tests import worker
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.conftest import AgentClient, error_envelope, fingerprint, success_envelope

@@ -10,8 +10,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from approvals.services import reviewer_create
-from envelopes.configuration import api_key_create, team_create
+from accounts.services import api_key_create, reviewer_create, team_create
 from tests.conftest import PASSWORD, error_envelope
 from tests.deploy.deployment import free_port
 

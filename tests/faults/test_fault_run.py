@@ -112,7 +112,7 @@ def broker_for(kind: str, redis: Redis) -> Iterator[str]:
 
 SETUP = """
 import json
-from envelopes.configuration import api_key_create, team_create
+from accounts.services import api_key_create, team_create
 from webhooks.services import endpoint_create
 team = team_create(slug="faults")
 print(json.dumps({"key": api_key_create(team=team, name="load").raw}))

@@ -18,8 +18,8 @@ from django.test.utils import override_settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from pytest_django.live_server_helper import LiveServer
 
-from envelopes.configuration import api_key_create, team_create
-from envelopes.models import Team
+from accounts.models import Team
+from accounts.services import api_key_create, team_create
 
 UPSTREAM = Path(__file__).resolve().parent / "upstream_server.py"
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -16,7 +16,8 @@ import mcp_types as types
 import pytest
 from django.db import connection
 
-from approvals.services import reviewer_create, step_decide
+from accounts.services import reviewer_create
+from approvals.services import step_decide
 from envelopes.models import Step, Tool
 from tests.mcp.conftest import UPSTREAM, Rig
 from tests.mcp.upstream_server import TOOLS

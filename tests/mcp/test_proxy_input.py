@@ -15,7 +15,8 @@ import pytest
 from django.db import connection
 from holdpoint_sdk import Holdpoint
 
-from approvals.services import reviewer_create, step_decide
+from accounts.services import reviewer_create
+from approvals.services import step_decide
 from envelopes.models import Step
 from tests.mcp.conftest import Rig
 from tests.mcp.test_proxy_e2e import holdpoint, run, step, text

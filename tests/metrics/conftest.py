@@ -20,10 +20,12 @@ import time_machine
 from django.db import transaction
 from django.test import override_settings
 
-from approvals.services import reviewer_create, step_decide
+from accounts.models import Team
+from accounts.services import reviewer_create, team_create
+from approvals.services import step_decide
 from envelopes import errors, services
-from envelopes.configuration import error_code_upsert, team_create, tool_configure
-from envelopes.models import Step, Team
+from envelopes.configuration import error_code_upsert, tool_configure
+from envelopes.models import Step
 from tests.conftest import error_envelope, fingerprint, success_envelope, unknown_outcome
 
 S = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)

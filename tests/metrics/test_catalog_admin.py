@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts.models import Team
 from envelopes.configuration import error_code_upsert, tool_configure
-from envelopes.models import ErrorCode, Team
+from envelopes.models import ErrorCode
 from tests.conftest import error_envelope
 
 pytestmark = pytest.mark.django_db

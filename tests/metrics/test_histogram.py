@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from envelopes.models import AuditEvent, Step, Team, Tool
+from accounts.models import Team
+from envelopes.models import AuditEvent, Step, Tool
 from metrics.histogram import Histogram, bucket_expression, bucket_of, bucket_value, percentile
 
 

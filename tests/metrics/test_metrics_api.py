@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 import time_machine
 
-from envelopes.configuration import api_key_create
-from envelopes.models import Team
+from accounts.models import Team
+from accounts.services import api_key_create
 from tests.conftest import AgentClient
 from tests.metrics.conftest import TOOL, S, U
 
@@ -112,7 +112,7 @@ def test_another_teams_tool_is_404_even_with_the_same_name(acme, globex) -> None
 
 
 def test_a_tool_only_another_team_has_is_404(scenario) -> None:
-    from envelopes.configuration import team_create
+    from accounts.services import team_create
 
     stranger = AgentClient(api_key_create(team=team_create(slug="initech"), name="k").raw)
     response = stranger.get(URL)

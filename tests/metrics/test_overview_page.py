@@ -8,8 +8,8 @@ import pytest
 import time_machine
 from django.test import Client
 
-from approvals.services import reviewer_create
-from envelopes.models import Team
+from accounts.models import Team
+from accounts.services import reviewer_create
 from tests.metrics.conftest import U
 
 pytestmark = pytest.mark.django_db

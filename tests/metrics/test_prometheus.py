@@ -113,7 +113,7 @@ def test_gauges_show_held_steps_by_state_and_the_oldest_ones_age(scenario) -> No
 
 
 def test_the_outbox_backlog_counts_pending_messages_per_team(scenario) -> None:
-    from envelopes.models import Team
+    from accounts.models import Team
 
     team = Team.objects.get(slug="acme")
     endpoint = WebhookEndpoint.objects.create(team=team, url="https://hooks.example/x", secret="whsec_x")

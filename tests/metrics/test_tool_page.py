@@ -9,8 +9,9 @@ import pytest
 import time_machine
 from django.test import Client
 
-from approvals.services import reviewer_create
-from envelopes.models import ErrorCode, Team, Tool
+from accounts.models import Team
+from accounts.services import reviewer_create
+from envelopes.models import ErrorCode, Tool
 from metrics.services import metrics_rollup
 from tests.metrics.conftest import TOOL, U
 

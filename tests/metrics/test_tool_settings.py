@@ -10,10 +10,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from approvals.services import reviewer_create
+from accounts.models import Team
+from accounts.services import reviewer_create
 from envelopes.audit import audit_verify
 from envelopes.configuration import tool_configure
-from envelopes.models import AuditEvent, Team, Tool
+from envelopes.models import AuditEvent, Tool
 from tests.conftest import logged_in
 
 pytestmark = pytest.mark.django_db

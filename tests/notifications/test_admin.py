@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from envelopes.models import Team
+from accounts.models import Team
 from notifications.models import Channel, Message
 from notifications.services import channel_create, channel_test
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from envelopes.models import Team
+from accounts.models import Team
 from notifications.models import Channel
 from notifications.services import channel_create
 from tests.conftest import logged_in

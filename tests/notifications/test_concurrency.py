@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
+from accounts.models import Team
 from envelopes import services
-from envelopes.models import Team
 from notifications.models import Message, Notice
 from notifications.services import channel_create, channels_flush
 from notifications.tasks import notify

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envelopes.configuration import team_create
+from accounts.services import team_create
 from notifications.models import Channel
 from outbound.signing import secret_decode
 from tests.test_commands_shell import manage

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from envelopes.models import Team
+from accounts.models import Team
 from notifications.services import channel_create
 from notifications.tasks import notify
 from tests.conftest import AgentClient

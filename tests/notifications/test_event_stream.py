@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from accounts.models import Team
 from envelopes import events
 from envelopes.events import DomainEvent, event_emit
-from envelopes.models import Team
 from webhooks.models import OutboxMessage
 from webhooks.services import endpoint_create
 

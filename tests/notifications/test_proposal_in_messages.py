@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envelopes.models import Team
+from accounts.models import Team
 from envelopes.proposal import input_fingerprint
 from notifications.services import channel_create
 from notifications.tasks import notify

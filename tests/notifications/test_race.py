@@ -13,9 +13,9 @@ import pytest
 from django.contrib.messages import get_messages
 from django.core.cache import cache
 
-from approvals.models import Decision
+from accounts.models import Team
 from envelopes.audit import audit_verify
-from envelopes.models import AuditEvent, Step, Team
+from envelopes.models import AuditEvent, Decision, Step
 from notifications.models import SlackLink
 from notifications.services import channel_create
 from notifications.tasks import notify

@@ -11,8 +11,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from accounts.models import Team
 from approvals.services import step_decide
-from envelopes.models import Step, Team
+from envelopes.models import Step
 from notifications.models import Message, Notice, SendTry, Watch
 from notifications.retention import history_purge
 from notifications.services import channel_create

@@ -11,7 +11,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from envelopes.models import Team
+from accounts.models import Team
 from envelopes.services import envelope_ingest
 from notifications.models import Channel, Message, Notice
 from notifications.services import channel_create

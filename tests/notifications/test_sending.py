@@ -15,7 +15,7 @@ import time_machine
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from envelopes.models import Team
+from accounts.models import Team
 from envelopes.proposal import input_fingerprint
 from notifications.models import Channel, Message, SendTry
 from notifications.sending import message_send, messages_claim, try_record

@@ -17,8 +17,8 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 
-from approvals.models import Decision
-from envelopes.models import AuditEvent, Step, Team
+from accounts.models import Team
+from envelopes.models import AuditEvent, Decision, Step
 from notifications.models import SlackLink
 from notifications.services import channel_create
 from notifications.tasks import notify, slack_response_send

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals.models import Decision
+from accounts.models import Team
 from approvals.services import step_decide
-from envelopes.models import AuditEvent, Step, Team
+from envelopes.models import AuditEvent, Decision, Step
 from envelopes.proposal import input_fingerprint
 from notifications.content import SLACK_PROPOSAL_CHARS, content_build, proposal_facts, render_slack, slack_proposal
 from notifications.models import Notice

@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from envelopes.models import Team
+from accounts.models import Team
 from notifications.services import channel_create
 from notifications.tasks import notify
 from tests.conftest import AgentClient, logged_in

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from accounts.models import Team
 from envelopes import services
-from envelopes.models import Team
 from notifications.models import Message
 from notifications.services import channel_create
 from tests.notifications.conftest import SlackReceiver, approval_envelope

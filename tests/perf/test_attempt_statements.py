@@ -17,13 +17,14 @@ import time_machine
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 
+from accounts.models import Team
 from approvals.services import step_decide
 from envelopes import hot, services
 from envelopes.audit import audit_verify
 from envelopes.configuration import tool_configure
 from envelopes.errors import AttemptRefused, EnvelopeInvalid
 from envelopes.events import DomainEvent
-from envelopes.models import Attempt, AuditEvent, ProposedInput, Step, Team
+from envelopes.models import Attempt, AuditEvent, ProposedInput, Step
 from envelopes.presenters import step_representation
 from envelopes.proposal import input_accept
 from envelopes.transitions import tool_get_or_register

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from envelopes.models import IdempotencyRecord, Team
+from accounts.models import Team
+from envelopes.models import IdempotencyRecord
 from tests.conftest import AgentClient, error_envelope, fingerprint
 from tests.perf.rows import door
 from webhooks.services import endpoint_create

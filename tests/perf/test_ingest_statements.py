@@ -16,10 +16,11 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import Team
 from envelopes import hot, services
 from envelopes.audit import audit_verify
 from envelopes.events import DomainEvent
-from envelopes.models import AuditEvent, Envelope, Step, Team
+from envelopes.models import AuditEvent, Envelope, Step
 from envelopes.presenters import step_representation
 from envelopes.transitions import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, success_envelope, unknown_outcome

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from envelopes import auth, hot_sql
-from envelopes.models import Team
+from accounts import auth
+from accounts.models import Team
+from envelopes import hot_sql
 from tests.conftest import AgentClient, error_envelope, fingerprint
 from webhooks.services import endpoint_create
 

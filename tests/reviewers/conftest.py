@@ -10,7 +10,8 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from envelopes.models import Step, Team
+from accounts.models import Team
+from envelopes.models import Step
 from reviewers.services import reviewer_token_create
 from tests.approvals import conftest as dashboard
 from tests.approvals.conftest import approval_envelope, post_envelope

@@ -13,7 +13,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
-from envelopes.auth import ApiKeyAuthentication, HasTeamKey
+from accounts.auth import ApiKeyAuthentication, HasTeamKey
 from envelopes.models import AuditEvent, Step
 from reviewers.auth import IsReviewer, ReviewerTokenAuthentication
 from tests.conftest import AgentClient

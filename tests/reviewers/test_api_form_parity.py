@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from django.forms.models import model_to_dict
 
-from approvals.models import Decision
 from envelopes.events import DomainEvent
-from envelopes.models import AuditEvent, Step
+from envelopes.models import AuditEvent, Decision, Step
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.conftest import AgentClient, logged_in
 from tests.reviewers.conftest import ReviewerClient

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 
-from approvals.models import Decision
 from envelopes.audit import audit_verify
-from envelopes.models import AuditEvent, Step
+from envelopes.models import AuditEvent, Decision, Step
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.conftest import AgentClient, logged_in
 from tests.envelopes.test_concurrency import run_together

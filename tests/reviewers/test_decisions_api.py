@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from approvals.models import Decision
+from accounts.models import Team
 from envelopes.configuration import tool_configure
-from envelopes.models import AuditEvent, Step, Team
+from envelopes.models import AuditEvent, Decision, Step
 from tests.reviewers.conftest import ReviewerClient, token_for
 
 pytestmark = pytest.mark.django_db

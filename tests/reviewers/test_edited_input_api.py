@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from approvals.models import Decision
-from envelopes.models import Step
+from envelopes.models import Decision, Step
 from envelopes.proposal import input_fingerprint
 from tests.conftest import AgentClient
 from tests.envelopes.test_proposed_input_api import REF, REFUND, TOOL, ask_approval, attempt

@@ -12,8 +12,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.models import Decision
-from envelopes.models import AuditEvent, Step
+from envelopes.models import AuditEvent, Decision, Step
 from reviewers.models import ReviewerToken
 from reviewers.services import reviewer_tokens_revoke
 from tests.conftest import AgentClient

@@ -10,10 +10,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from approvals.models import Decision
-from approvals.services import reviewer_create
+from accounts.models import Team
+from accounts.services import reviewer_create
 from envelopes import services
-from envelopes.models import Step, Team
+from envelopes.models import Decision, Step
 from reviewers.services import reviewer_token_create
 from tests.approvals.conftest import approval_envelope
 

@@ -14,8 +14,7 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from approvals.models import Decision
-from envelopes.models import Step
+from envelopes.models import Decision, Step
 from tests.envelopes.test_fuzz_api import assert_answered_without_fault
 from tests.odd_input import (
     API_FRAMEWORK_PARAMS,

@@ -10,8 +10,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from approvals.models import Membership
-from envelopes.models import Step, Team
+from accounts.models import Membership, Team
+from envelopes.models import Step
 from reviewers.models import ReviewerToken
 from reviewers.services import reviewer_token_create, reviewer_tokens_revoke
 from tests.reviewers.conftest import ReviewerClient, token_for

@@ -14,9 +14,9 @@ from types import ModuleType
 import pytest
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.services import reviewer_create
-from envelopes.configuration import api_key_create, team_create
-from envelopes.models import Step, Team, Tool
+from accounts.models import Team
+from accounts.services import api_key_create, reviewer_create, team_create
+from envelopes.models import Step, Tool
 from reviewers.services import reviewer_token_create
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent.py"

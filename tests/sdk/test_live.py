@@ -13,8 +13,8 @@ from django.db import connection
 from holdpoint_sdk import Failure, Holdpoint, ToolError, Unauthorized, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.services import reviewer_create, step_decide
-from envelopes.configuration import api_key_create, team_create
+from accounts.services import api_key_create, reviewer_create, team_create
+from approvals.services import step_decide
 from envelopes.models import Step
 
 

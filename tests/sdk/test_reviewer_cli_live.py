@@ -15,9 +15,9 @@ from django.core.cache import cache
 from holdpoint_sdk import Failure, Holdpoint, ToolError, input_fingerprint
 from pytest_django.live_server_helper import LiveServer
 
-from approvals.services import reviewer_create
-from envelopes.configuration import api_key_create, team_create
-from envelopes.models import Step, Team
+from accounts.models import Team
+from accounts.services import api_key_create, reviewer_create, team_create
+from envelopes.models import Step
 from reviewers.services import reviewer_token_create
 
 REF = "run_9/refund 1"  # a space and a slash: the command URL-encodes the ref

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks.delivery import SWEEP_SLOT_KEY, sweep_slot_release
 from webhooks.models import WebhookEndpoint
 from webhooks.outbox import delivery_pending_clear

@@ -11,7 +11,7 @@ from django.contrib.messages import get_messages
 from django.db import transaction
 from django.test import Client
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit
 

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from standardwebhooks.webhooks import Webhook
 
-from envelopes.models import Team
+from accounts.models import Team
 from outbound.signing import signed_headers
 from webhooks.models import WebhookEndpoint
 

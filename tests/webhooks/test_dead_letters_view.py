@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 from django.test import Client
 
-from envelopes.models import Team
+from accounts.models import Team
 from tests.conftest import logged_in
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit

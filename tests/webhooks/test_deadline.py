@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks.delivery import deliver_due_messages, message_send, messages_claim
 from webhooks.models import OutboxMessage
 from webhooks.outbox import event_emit

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from envelopes.models import Team
+from accounts.models import Team
 from outbound.retry import MAX_TRIES, retry_after_seconds, retry_delay
 from webhooks import delivery
 from webhooks.delivery import LEASE, deliver_due_messages, message_send, messages_claim, try_record

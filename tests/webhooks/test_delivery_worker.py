@@ -11,8 +11,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import Team
 from envelopes import services
-from envelopes.models import AuditEvent, Team
+from envelopes.models import AuditEvent
 from outbound.http import SEND_TIMEOUT
 from tests.conftest import error_envelope
 from tests.worker import Worker, wait_until

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from envelopes.models import Team
+from accounts.models import Team
 from tests.conftest import logged_in
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit

@@ -11,8 +11,9 @@ from django.utils import timezone
 from holdpoint_sdk import verify_webhook
 from standardwebhooks.webhooks import Webhook
 
+from accounts.models import Team
 from approvals.services import step_decide
-from envelopes.models import Step, Team, Tool
+from envelopes.models import Step, Tool
 from envelopes.services import tool_resume
 from tests.conftest import error_envelope
 from webhooks.delivery import deliver_due_messages

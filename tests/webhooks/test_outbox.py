@@ -8,8 +8,8 @@ import logging
 import pytest
 from django.db import transaction
 
+from accounts.models import Team
 from config import celery as config_celery
-from envelopes.models import Team
 from tests.conftest import error_envelope
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import enqueue_delivery, event_emit

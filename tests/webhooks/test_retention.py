@@ -11,7 +11,7 @@ import time_machine
 from django.db import transaction
 from django.utils import timezone
 
-from envelopes.models import Team
+from accounts.models import Team
 from outbound.retry import MAX_TRIES
 from webhooks.delivery import deliver_due_messages
 from webhooks.models import DeliveryTry, OutboxMessage, WebhookEndpoint

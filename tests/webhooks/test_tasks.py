@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import transaction
 
-from envelopes.models import Team
+from accounts.models import Team
 from webhooks.delivery import sweep_slot_release, sweep_slot_take
 from webhooks.models import OutboxMessage, WebhookEndpoint
 from webhooks.outbox import event_emit

@@ -15,11 +15,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from approvals.models import Membership
-from approvals.services import reviewer_create, step_decide
+from accounts.models import Membership, Team
+from accounts.services import api_key_create, reviewer_create, team_create
+from approvals.services import step_decide
 from envelopes import errors, services
-from envelopes.configuration import api_key_create, error_code_upsert, team_create, tool_configure
-from envelopes.models import Team
+from envelopes.configuration import error_code_upsert, tool_configure
 from notifications.models import Channel
 from notifications.services import channel_create
 

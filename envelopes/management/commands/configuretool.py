@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import Team
 from envelopes.configuration import ConfigurationError, parse_setting, tool_configure
-from envelopes.models import Team
 
 
 class Command(BaseCommand):

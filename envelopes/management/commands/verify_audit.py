@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import Team
 from envelopes.audit import audit_seal, audit_verify
-from envelopes.models import Team
 
 
 class Command(BaseCommand):

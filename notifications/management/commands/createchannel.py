@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from envelopes.models import Team
+from accounts.models import Team
 from notifications.models import EVENTS, Channel
 from notifications.services import ChannelInvalid, channel_create
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from envelopes.models import Team
+from accounts.models import Team
 from outbound.ssrf import UnsafeTarget
 from webhooks.services import endpoint_create
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from envelopes.configuration import api_keys_revoke
-from envelopes.models import ApiKey, Team
+from accounts.models import ApiKey, Team
+from accounts.services import api_keys_revoke
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from envelopes.configuration import ConfigurationError, team_create
+from accounts.services import AccountError, team_create
 
 
 class Command(BaseCommand):
@@ -13,6 +13,6 @@ class Command(BaseCommand):
     def handle(self, *args, slug: str, name: str, **options):  # type: ignore[no-untyped-def]
         try:
             team = team_create(slug=slug, name=name)
-        except ConfigurationError as error:
+        except AccountError as error:
             raise CommandError(str(error)) from error
         self.stdout.write(f"Created team {team.slug}")

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from envelopes.configuration import api_key_create
-from envelopes.models import Team
+from accounts.models import Team
+from accounts.services import api_key_create
 
 
 class Command(BaseCommand):

@@ -6,9 +6,8 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.models import Membership
-from approvals.services import reviewer_create
-from envelopes.models import Team
+from accounts.models import Membership, Team
+from accounts.services import reviewer_create
 
 
 class Command(BaseCommand):

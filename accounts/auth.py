@@ -25,9 +25,9 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
+from envelopes import hot_sql
 from limits.throttle import row_and_window_hit_sql, token_read, token_renew, window_hit, window_hit_and_token
 
-from . import hot_sql
 from .models import ApiKey, Team
 
 
@@ -179,7 +179,7 @@ def _read_key(request: Request, key_hash: str) -> ApiKey | None:
 
 
 def key_or_team_saved(*, created: bool = False, **kwargs: Any) -> None:
-    """post_save and post_delete of ApiKey and Team (EnvelopesConfig.ready): a new row changes
+    """post_save and post_delete of ApiKey and Team (AccountsConfig.ready): a new row changes
     nothing remembered; any other change does."""
     if not created:
         api_keys_changed()
@@ -232,7 +232,7 @@ class ApiKeyRateThrottle(throttling.BaseThrottle):
     @classmethod
     def count_first(cls, request: Request, key: ApiKey) -> int | None:
         """Count the call in `key`'s window before the key is authenticated, and read the keys'
-        shared token in the same round trip (envelopes.auth's remembered keys); the token, or
+        shared token in the same round trip (accounts.auth's remembered keys); the token, or
         None when nothing could be counted. `allow_request` then uses this count."""
         _, length_s = cls._rate()
         now = time.time()

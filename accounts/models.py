@@ -1,0 +1,95 @@
+"""Who acts for a team: the team itself, its members' roles, and its agents' API keys.
+
+At the bottom of the house: every app refers to these, and this app refers to none. The tables
+keep the names they were created under (envelopes_team, envelopes_apikey, approvals_membership):
+the models moved here in migration state only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+# What full_clean lets a team's slug be (a SlugField of 64): other text names no team, and a
+# lookup never sends it to the database (PostgreSQL refuses a NUL in a parameter).
+TEAM_SLUG_RE = r"^[-a-zA-Z0-9_]{1,64}$"
+
+
+class Team(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "envelopes_team"
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """An agent runtime's credential. Only a SHA-256 of the key is stored; the prefix is shown."""
+
+    PREFIX_LENGTH = 11  # "hp_" + 8 characters
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "envelopes_apikey"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+    @staticmethod
+    def hash_key(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @classmethod
+    def generate(cls) -> str:
+        return "hp_" + secrets.token_urlsafe(32)
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        VIEWER = "viewer"
+        REVIEWER = "reviewer"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        db_table = "approvals_membership"
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
+            models.CheckConstraint(condition=Q(role__in=["viewer", "reviewer", "admin"]), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+    @property
+    def can_decide(self) -> bool:
+        return self.role in (self.Role.REVIEWER, self.Role.ADMIN)
+
+    @property
+    def can_administer(self) -> bool:
+        return self.role == self.Role.ADMIN
