@@ -8,14 +8,14 @@ admit at most the limit.
 
 The same round trip can read a shared token (`window_hit_and_token`): a value in Redis that
 changes whenever what a process remembered must be read again (`token_read`, `token_renew`).
-`envelopes.auth` remembers active API keys that way, and checks them against the token with each
+`accounts.auth` remembers active API keys that way, and checks them against the token with each
 request's hit.
 
 Redis is an optimisation, not a dependency: when it cannot be reached the hit is counted in the
 database instead (the table's window, apart from Redis's: each admits at most the limit), a
 warning is logged at most once a minute per process, and Redis is not tried again for
 RETRY_REDIS_AFTER_S (config.cache), so an outage costs no request a connection timeout each.
-The shared token cannot be read meanwhile (`None`): `envelopes.auth` then reads every key, and
+The shared token cannot be read meanwhile (`None`): `accounts.auth` then reads every key, and
 on PostgreSQL counts the call in the same statement (`row_and_window_hit_sql`): one round trip
 a call on that path, as with Redis.
 """

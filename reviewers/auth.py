@@ -2,7 +2,7 @@
 
 An active agent API key (`hp_...`) is recognised, so that it is refused with 403: an agent must not
 decide its own step (contract §10). A reviewer token on the agent endpoints is simply unknown
-there (envelopes.auth looks keys up among API keys only): 401.
+there (accounts.auth looks keys up among API keys only): 401.
 """
 
 from __future__ import annotations
