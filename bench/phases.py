@@ -57,7 +57,7 @@ def instrument() -> list[tuple[str, bool]]:
     from rest_framework.renderers import JSONRenderer
     from rest_framework.request import Request
 
-    from envelopes import after_response, api, auth, hot, hot_sql, schema, services
+    from envelopes import after_response, api, auth, hot, modelsql, schema, services
     from webhooks import outbox
 
     phases = [
@@ -72,13 +72,13 @@ def instrument() -> list[tuple[str, bool]]:
         (hot, "event_plan", "  state machine + audit hash", False),
         (hot, "envelope_build", "  envelope row built", False),
         (hot, "_write", "  the write (1 statement)", False),
-        (hot_sql, "insert", "    rows' values (hot_sql.insert)", False),
-        (hot_sql, "update", "    step's values (hot_sql.update)", False),
+        (modelsql, "insert", "    rows' values (modelsql.insert)", False),
+        (modelsql, "update", "    step's values (modelsql.update)", False),
         (hot, "step_representation", "    the event's step shape", False),
         (outbox, "_statement", "    the outbox message (its JSON body)", False),
-        (hot_sql, "combined", "    statement text + values", False),
-        (hot_sql, "fetchone_bound", "SQL sent and answered (every hot statement)", False),
-        (hot_sql, "execute_bound", "SQL sent and answered (every hot statement)", False),
+        (modelsql, "combined", "    statement text + values", False),
+        (modelsql, "fetchone_bound", "SQL sent and answered (every hot statement)", False),
+        (modelsql, "execute_bound", "SQL sent and answered (every hot statement)", False),
         (BaseDatabaseWrapper, "commit", "  COMMIT", False),
         (after_response, "_run", AFTER, True),
         (services.IngestAnswer, "as_dict", "answer: as_dict", True),

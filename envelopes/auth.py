@@ -27,7 +27,7 @@ from rest_framework.settings import api_settings
 
 from limits.throttle import token_read, token_renew, window_hit, window_hit_and_token
 
-from . import hot_sql
+from . import modelsql
 from .models import ApiKey, Team
 
 
@@ -71,7 +71,7 @@ def _key_row(key_hash: str) -> tuple[Any, ...] | None:
     """The active (unrevoked) key of that hash with its team's columns: one indexed read
     (key_hash is unique), the rows `ApiKey.objects.active().select_related("team")` would give."""
     sql, _, _ = _key_sql()
-    return hot_sql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
+    return modelsql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
 
 
 def _key_of(row: tuple[Any, ...]) -> ApiKey:

@@ -36,7 +36,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
-from . import hot_sql, schema
+from . import modelsql, schema
 from .errors import AttemptRefused
 from .events import Consumer, DomainEvent, Fold, consumers, folder_of
 from .lifecycle import TERMINAL
@@ -87,10 +87,10 @@ def _context_sql(ingest: bool) -> str:
     relation = Step._meta.get_field("decisions")
     decisions = relation.related_model  # the reviewers' app, reached by the relation only
     step_fk = relation.field.column  # type: ignore[union-attr]
-    q = hot_sql.quote
+    q = modelsql.quote
     step_id = f"s.{q('id')}"
     # The tool's own code or a team-wide one: two lookups, each on its partial unique index.
-    codes = hot_sql.table(ErrorCode)
+    codes = modelsql.table(ErrorCode)
     documented = (
         f"(EXISTS (SELECT 1 FROM {codes} c WHERE c.{q('tool_id')} = t.{q('id')} AND c.{q('code')} = %(code)s "  # noqa: S608
         f"AND c.{q('team_id')} = %(team)s) "
@@ -99,25 +99,25 @@ def _context_sql(ingest: bool) -> str:
         if ingest
         else "true"
     )
-    envelope_id = f"nextval({hot_sql.sequence(Envelope)})" if ingest else "NULL::bigint"
+    envelope_id = f"nextval({modelsql.sequence(Envelope)})" if ingest else "NULL::bigint"
     return (
-        f"SELECT {hot_sql.select_list(Tool, 't')}, {documented}, "  # noqa: S608 (names only)
-        f"CASE WHEN {step_id} IS NULL THEN nextval({hot_sql.sequence(Step)}) END, "
+        f"SELECT {modelsql.select_list(Tool, 't')}, {documented}, "  # noqa: S608 (names only)
+        f"CASE WHEN {step_id} IS NULL THEN nextval({modelsql.sequence(Step)}) END, "
         f"{envelope_id}, "
-        f"{step_id} IS NOT NULL AND EXISTS (SELECT 1 FROM {hot_sql.table(decisions)} d "  # type: ignore[arg-type]
+        f"{step_id} IS NOT NULL AND EXISTS (SELECT 1 FROM {modelsql.table(decisions)} d "  # type: ignore[arg-type]
         f"WHERE d.{q(step_fk)} = {step_id}), "
-        f"{hot_sql.select_list(Attempt, 'a')}, {hot_sql.select_list(ProposedInput, 'p')}, "
-        f"{hot_sql.select_list(Envelope, 'e')}, "
-        f"{hot_sql.select_list(Step, 's')} "
-        f"FROM {hot_sql.table(Tool)} t LEFT JOIN LATERAL ("
-        f"SELECT * FROM {hot_sql.table(Step)} WHERE {q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s "
+        f"{modelsql.select_list(Attempt, 'a')}, {modelsql.select_list(ProposedInput, 'p')}, "
+        f"{modelsql.select_list(Envelope, 'e')}, "
+        f"{modelsql.select_list(Step, 's')} "
+        f"FROM {modelsql.table(Tool)} t LEFT JOIN LATERAL ("
+        f"SELECT * FROM {modelsql.table(Step)} WHERE {q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s "
         f"FOR UPDATE) s ON true "
-        f"LEFT JOIN LATERAL (SELECT * FROM {hot_sql.table(Attempt)} WHERE {q('step_id')} = {step_id} "
+        f"LEFT JOIN LATERAL (SELECT * FROM {modelsql.table(Attempt)} WHERE {q('step_id')} = {step_id} "
         f"AND s.{q('last_fingerprint')} <> '' ORDER BY {q('number')} DESC LIMIT 1) a ON true "
-        f"LEFT JOIN LATERAL (SELECT * FROM {hot_sql.table(ProposedInput)} WHERE {q('step_id')} = {step_id} "
+        f"LEFT JOIN LATERAL (SELECT * FROM {modelsql.table(ProposedInput)} WHERE {q('step_id')} = {step_id} "
         f"AND s.{q('approval_fingerprint')} NOT IN ('', s.{q('last_fingerprint')}) "
         f"AND {q('fingerprint')} = s.{q('approval_fingerprint')} ORDER BY {q('id')} DESC LIMIT 1) p ON true "
-        f"LEFT JOIN {hot_sql.table(Envelope)} e ON e.{q('id')} = s.{q('last_envelope_id')} "
+        f"LEFT JOIN {modelsql.table(Envelope)} e ON e.{q('id')} = s.{q('last_envelope_id')} "
         f"WHERE t.{q('team_id')} = %(team)s AND t.{q('name')} = %(tool)s"
     )
 
@@ -125,7 +125,7 @@ def _context_sql(ingest: bool) -> str:
 def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None) -> _Context:
     """One read in the caller's transaction (see `_context_sql`); the step comes with its
     decisions' prefetch cache and its proposal remembered, so that its answer reads nothing."""
-    row = hot_sql.fetchone_bound(
+    row = modelsql.fetchone_bound(
         _context_sql(code is not None),
         {
             "team": team.pk,
@@ -136,28 +136,28 @@ def _context(team: Team, tool_name: str, operation_ref: str, *, code: str | None
     )
     if row is None:
         raise _NotHot("a tool the team does not have yet")
-    at = len(hot_sql.column_fields(Tool))
-    tool: Tool = hot_sql.from_row(Tool, row)
+    at = len(modelsql.column_fields(Tool))
+    tool: Tool = modelsql.from_row(Tool, row)
     documented, new_step_id, envelope_id, has_decisions = row[at : at + 4]
     at += 4
-    attempt_row = row[at : at + len(hot_sql.column_fields(Attempt))]
-    at += len(hot_sql.column_fields(Attempt))
-    refused_row = row[at : at + len(hot_sql.column_fields(ProposedInput))]
-    at += len(hot_sql.column_fields(ProposedInput))
-    envelope_row = row[at : at + len(hot_sql.column_fields(Envelope))]
-    at += len(hot_sql.column_fields(Envelope))
+    attempt_row = row[at : at + len(modelsql.column_fields(Attempt))]
+    at += len(modelsql.column_fields(Attempt))
+    refused_row = row[at : at + len(modelsql.column_fields(ProposedInput))]
+    at += len(modelsql.column_fields(ProposedInput))
+    envelope_row = row[at : at + len(modelsql.column_fields(Envelope))]
+    at += len(modelsql.column_fields(Envelope))
     step: Step | None = None
     if row[at] is not None:
-        step = hot_sql.from_row(Step, row[at:])
+        step = modelsql.from_row(Step, row[at:])
         step.team = team
-        step.last_envelope = None if envelope_row[0] is None else hot_sql.from_row(Envelope, envelope_row)
+        step.last_envelope = None if envelope_row[0] is None else modelsql.from_row(Envelope, envelope_row)
         if has_decisions:
             prefetch_related_objects([step], decisions_prefetch())
         else:  # no decisions to read: the answer need not ask
             mark_without_decisions(step)
         # proposal.proposal_of, from the rows read above (one rule: proposal.proposal_from_rows).
-        attempt = hot_sql.from_row(Attempt, attempt_row) if attempt_row[0] is not None else None
-        refused = hot_sql.from_row(ProposedInput, refused_row) if refused_row[0] is not None else None
+        attempt = modelsql.from_row(Attempt, attempt_row) if attempt_row[0] is not None else None
+        refused = modelsql.from_row(ProposedInput, refused_row) if refused_row[0] is not None else None
         proposal_remember(step, proposal_from_rows(step, attempt=attempt, refused=refused))
     return _Context(tool, step, bool(documented), new_step_id, envelope_id)
 
@@ -243,8 +243,8 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
     assert step is not None
     step.updated_at = now  # transitions.step_save
     step.version += 1
-    statements = [hot_sql.insert(step) if applied.created else hot_sql.update(step)]
-    statements += [hot_sql.insert(row) for row in [*applied.audit_events, *rows]]
+    statements = [modelsql.insert(step) if applied.created else modelsql.update(step)]
+    statements += [modelsql.insert(row) for row in [*applied.audit_events, *rows]]
     emitted: dict[str, Any] | None = None
     handed: dict[str, Any] = {}  # the event as events.event_emit hands it to its consumers
     folds: list[Fold] = []
@@ -259,7 +259,7 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
             data=emitted,
             created_at=timezone.now(),
         )
-        statements.append(hot_sql.insert(event))
+        statements.append(modelsql.insert(event))
         handed = {"team_id": step.team_id, "event_type": event.type, "data": emitted, "step_id": step.pk}
         # The consumers that can do their work in this statement (the webhook outbox) do; the
         # others are called once it is written.
@@ -271,11 +271,11 @@ def _write(applied: Applied, rows: list[Any], *, cause: str, now: datetime) -> d
             else:
                 folds.append(fold)
     if folds:
-        counts = hot_sql.fetchone_bound(*hot_sql.combined(statements, [(f.sql, f.params) for f in folds]))
+        counts = modelsql.fetchone_bound(*modelsql.combined(statements, [(f.sql, f.params) for f in folds]))
     else:
         counts = ()
-        hot_sql.execute_bound(*hot_sql.combined(statements))
-    hot_sql.mark_saved(step, *applied.audit_events, *rows)
+        modelsql.execute_bound(*modelsql.combined(statements))
+    modelsql.mark_saved(step, *applied.audit_events, *rows)
     for fold, count in zip(folds, counts or (), strict=True):  # one count per fold
         fold.written(count)
     for consumer in called:

@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from config.celery import publish_hint
-from envelopes import hot_sql
+from envelopes import modelsql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
 
@@ -111,7 +111,7 @@ def _queue_in_one_statement(
     *, team_id: int, event_type: str, data: dict[str, Any] | Callable[[], dict[str, Any]], step_id: int | None
 ) -> int:
     sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    return hot_sql.execute_bound(sql, params)  # a prepared statement (envelopes.hot_sql)
+    return modelsql.execute_bound(sql, params)  # a prepared statement (envelopes.modelsql)
 
 
 def _statement(
@@ -138,7 +138,7 @@ def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: 
     if connection.vendor != "postgresql":
         return None
     sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    return Fold(*hot_sql.positional(f"{sql} RETURNING 1", params), written=_queued)
+    return Fold(*modelsql.positional(f"{sql} RETURNING 1", params), written=_queued)
 
 
 def _queued(count: int) -> None:

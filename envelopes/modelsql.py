@@ -1,9 +1,10 @@
-"""SQL for the hot path (envelopes.hot), written once per process from the models' own fields.
+"""SQL written from the models' own fields: the text once per process, the values as `save()` sends them.
 
-Compiling a query through the ORM costs more CPU than PostgreSQL spends answering it (issue
-14's profile), so the two hot endpoints write their rows with statements whose text is built
-once from `Model._meta` and whose values go through each field's `get_db_prep_save`, exactly
-what the ORM sends for `save()`. A new column on a model is picked up with its default.
+Compiling a query through the ORM costs more CPU than PostgreSQL spends answering it, so the
+core's writer (`transitions.plan_write`), the key lookup and the Idempotency-Key's rows use
+statements whose text is built once from `Model._meta` and whose values go through each
+field's `get_db_prep_save`, exactly what the ORM sends for `save()` (tested over the core's
+models: tests/envelopes/test_modelsql.py). A new column on a model is picked up with its default.
 """
 
 from __future__ import annotations
