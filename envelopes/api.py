@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import hot, openapi, schema, services
+from . import openapi, schema, services
 from .idempotency import (
     IN_FLIGHT_RETRY_AFTER_S,
     IdempotencyInFlight,
@@ -34,7 +34,7 @@ from .models import ApiKey, ErrorCode, SkippedResource, Step, Team, Tool
 from .parsers import read_limited
 from .presenters import decisions_prefetch, rfc3339, step_representation
 from .problems import CONTENT_TYPE, problem_exception_handler, retry_after_header
-from .proposal import input_accept, proposals_load
+from .proposal import proposals_load
 
 REF_PARAMETER = OpenApiParameter(
     "ref", str, OpenApiParameter.PATH, description="The step's operation_ref, URL-encoded (run_81%2Fstep_4)."
@@ -166,11 +166,7 @@ class EnvelopeIngestApi(APIView):
 
         def work() -> Response:
             team = request_team(request)
-            # The common case in a few statements (envelopes.hot); anything else, or nothing
-            # written there, goes through the service, which handles every case.
-            answer = hot.envelope_ingest(team=team, payload=payload, dialect=dialect) or services.envelope_ingest(
-                team=team, payload=payload, dialect=dialect, raw_body=raw_body
-            )
+            answer = services.envelope_ingest(team=team, payload=payload, dialect=dialect, raw_body=raw_body)
             return Response(answer.as_dict(), status=201)
 
         return _idempotent(request, "envelopes", body_fingerprint(dialect, raw_body), work)
@@ -256,11 +252,7 @@ class AttemptRequestApi(APIView):
                 "run_id": data.get("run_id", ""),
                 "correlation_id": data.get("correlation_id", ""),
             }
-            sent = data.get("input")
-            accepted = input_accept(sent, fingerprint=fields["fingerprint"]) if sent is not None else None
-            # The common case in a few statements (envelopes.hot); anything else, or nothing
-            # written there, goes through the service, which handles every case.
-            grant = hot.attempt_request(**fields, accepted=accepted) or services.attempt_request(**fields, input=sent)
+            grant = services.attempt_request(**fields, input=data.get("input"))
             return Response(grant.as_dict(), status=201)
 
         return _idempotent(request, "attempts", body_fingerprint(ref, raw_body), work)

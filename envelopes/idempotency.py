@@ -159,7 +159,9 @@ def _hold_sql() -> str:
     """`select_for_update().filter(pk=..., status__isnull=True).exists()`, written once: a
     prepared statement on PostgreSQL (envelopes.modelsql), no ORM compilation per request."""
     q = modelsql.quote
-    return f"SELECT 1 FROM {modelsql.table(IdempotencyRecord)} WHERE {q('id')} = %s AND {q('status')} IS NULL FOR UPDATE"  # noqa: S608
+    return (
+        f"SELECT 1 FROM {modelsql.table(IdempotencyRecord)} WHERE {q('id')} = %s AND {q('status')} IS NULL FOR UPDATE"  # noqa: S608
+    )
 
 
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:

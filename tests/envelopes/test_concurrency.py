@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -166,4 +167,69 @@ def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outco
     assert results[0] == "step_closed"
     lapses = AuditEvent.objects.filter(step=step, kind="transition", reason="approval_expired")
     assert lapses.count() == 1
+    assert audit_verify() == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
+def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
+    """A statement that waits for a row lock reads the locked row as the other transaction left
+    it, but the rows it joins as they were before the wait: the step's context must not write
+    back a stale join (the attempt once wrote `last_envelope_id = NULL` here)."""
+    ref = "race/lock-wait"
+    services.attempt_request(team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("a"))
+    services.envelope_ingest(
+        team=team, payload=error_envelope(operation_ref=ref), dialect="canonical", raw_body=b"{}"
+    )  # needs_input: a fixed input may be tried
+    locked, done = threading.Event(), threading.Event()
+    written: dict[str, Any] = {}
+
+    def holder() -> None:
+        from django.db import transaction
+
+        try:
+            with transaction.atomic():
+                Step.objects.select_for_update().get(operation_ref=ref)
+                locked.set()
+                with connection.cursor() as cursor:  # until the other one waits for this lock
+                    for _ in range(200):
+                        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else one snapshot per transaction
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND datname = current_database()"
+                        )
+                        written["waited"] = cursor.fetchone()[0] > 0
+                        if written["waited"]:
+                            break
+                        time.sleep(0.05)
+                answer = services.envelope_ingest(
+                    team=team,
+                    payload=error_envelope(operation_ref=ref, agent_message="the newest envelope"),
+                    dialect="canonical",
+                    raw_body=b"{}",
+                )
+                written["envelope_id"] = answer.envelope.pk
+        finally:
+            done.set()
+            connection.close()
+
+    def waiter() -> Any:
+        assert locked.wait(10)
+        try:
+            return services.attempt_request(
+                team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    results = run_together([waiter])
+    thread.join(timeout=60)
+    assert done.is_set() and written["waited"]
+    (grant,) = results
+    assert not isinstance(grant, Exception), grant
+    step = Step.objects.get(operation_ref=ref)
+    assert step.last_envelope_id == written["envelope_id"]
+    assert grant.step.last_envelope.pk == written["envelope_id"]  # the answer read it after the wait
+    assert step.attempts == 2
     assert audit_verify() == []
