@@ -39,6 +39,7 @@ from .transitions import (
     SYSTEM,
     Plan,
     StepContext,
+    ToolUnknown,
     apply_event,
     code_is_documented,
     on_step_race,
@@ -69,7 +70,7 @@ class IngestAnswer:
     directive_not_before: datetime | None
     dropped_detail_keys: tuple[str, ...]
     flags: tuple[str, ...]
-    # The step's shape as its step.state_changed event carried it (envelopes.hot builds it once).
+    # The step's shape as its step.state_changed event carried it (transitions.plan_write builds it once).
     step_shape: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def envelope_ingest(
     """Validate, redact and store one envelope, and move its step (contract §2, §3)."""
     now = now or timezone.now()
     try:
-        return on_step_race(lambda: _ingest(team, payload, dialect, now))
+        return on_step_race(lambda: _ingest(team, payload, dialect, now), team=team)
     except _Rejected as rejected:
         raise _rejected(team, rejected.rejected, raw_body, now) from rejected.rejected
     except ToolMismatch:
@@ -198,9 +199,7 @@ def _ingest(team: Team, payload: Any, dialect: str, now: datetime) -> IngestAnsw
     if tool_name and operation_ref:
         context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref, code=code, ingest=True)
         if context is None:
-            tool_auto_register(team=team, name=tool_name)
-            context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref, code=code, ingest=True)
-        assert context is not None
+            raise ToolUnknown(tool_name)
         tool = context.tool
     elif tool_name:
         tool = tool_auto_register(team=team, name=tool_name)
@@ -503,9 +502,8 @@ def attempt_request(
     def work() -> Plan:
         context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref)
         if context is None:
-            tool_auto_register(team=team, name=tool_name)
-            context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref)
-        assert context is not None and context.tool is not None
+            raise ToolUnknown(tool_name)
+        assert context.tool is not None
         return apply_event(
             context=context,
             event=attempt_event(fingerprint, context.tool),
@@ -517,7 +515,7 @@ def attempt_request(
             rows=attempt_rows,
         )
 
-    plan = on_step_race(work)
+    plan = on_step_race(work, team=team)
     step, outcome = plan.step, plan.outcome
     if step is None:
         raise AttemptRefused(

@@ -4,7 +4,8 @@
 dashboard, a timer, a task, every reviewer channel). It is three pieces, each written once:
 
 1. the step's context (`step_context`): its tool, the step locked for the transaction, and the
-   ids of the rows to write, in one read (`_context_sql` on PostgreSQL, the ORM elsewhere);
+   ids of the rows to write, in one read (`_context_sql` on PostgreSQL, the ORM elsewhere; a tool
+   named for the first time is registered in a transaction of its own: `ToolUnknown`);
 2. the plan (`event_plan`): what the event does to the step, `lifecycle.advance`'s answer copied
    onto the row, its audit links hashed, the caller's rows (its envelope, its attempt, its
    decision) and the domain events, nothing written yet;
@@ -117,6 +118,16 @@ class StepContext:
     documented: bool = True
 
 
+class ToolUnknown(Exception):
+    """The team has no tool of this name yet: the caller leaves its transaction (nothing written),
+    registers the tool in one of its own (`tool_auto_register` locks the team row, which must not
+    be held while the step is written: the step's INSERT checks its team key) and runs again."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def step_context(
     *, team: Team, tool_name: str, operation_ref: str, code: str | None = None, ingest: bool = False
 ) -> StepContext | None:
@@ -150,19 +161,18 @@ def lock_step(team: Team, operation_ref: str) -> Step | None:
 
 
 def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | None, ingest: bool) -> StepContext | None:
-    """`_context_sql`'s one read. It never waits for a lock: a statement that waits for a row
-    lock reads that row as the other transaction committed it but every other table as it was
-    before the wait (its snapshot), so the rows that join the step (its last envelope, its
-    attempts) would be stale and the step written back with them. A step another transaction
-    holds is skipped; it is then locked by a statement of its own, and read again once ours."""
+    """`_context_sql`'s one read. A statement that waited for the step's lock reads the step as
+    the other transaction committed it, but every row it joins (the last envelope, the attempts,
+    the decisions) as its snapshot saw them before the wait: stale, and the step would be written
+    back with them. The read says when the step it locked is newer than its snapshot, and then
+    reads again, the lock ours and its snapshot taken after the other transaction's commit."""
     params = {"team": team.pk, "tool": tool_name, "ref": operation_ref, "code": code or ""}
     row = modelsql.fetchone_bound(_context_sql(ingest), params)
-    if row is not None and row[_LOCKED_ELSEWHERE]:
-        modelsql.fetchone_bound(_lock_sql(), params)  # waits for the other transaction
+    if row is not None and row[_WAITED]:
         row = modelsql.fetchone_bound(_context_sql(ingest), params)
     if row is None:
         return None
-    at = _LOCKED_ELSEWHERE + 1
+    at = _WAITED + 1
     tool: Tool = modelsql.from_row(Tool, row[at:])
     at += len(modelsql.column_fields(Tool))
     documented, new_step_id, envelope_id, has_decisions = row[at : at + 4]
@@ -198,14 +208,28 @@ def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | No
     )
 
 
-_LOCKED_ELSEWHERE = 0  # the context row's first column
+_WAITED = 0  # the context row's first column
+
+# Whether the step row's version (its xmin, 32 bits) was committed by another transaction after
+# the statement's snapshot was taken: it was locked after waiting for its writer. The xmin is
+# widened to 64 bits by its signed distance to the snapshot's xmax (live xids are within 2^31 of
+# it; a frozen one may read as newer, which only costs a second read); this transaction's own
+# versions are in progress, not committed.
+_XMAX = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+_XMIN = (
+    f"(({_XMAX} - ((({_XMAX} % 4294967296) - s.xmin::text::bigint + 2147483648) % 4294967296 - 2147483648))"
+    "::text::xid8)"
+)
+_NEWER_THAN_SNAPSHOT = (
+    f"(NOT pg_visible_in_snapshot({_XMIN}, pg_current_snapshot()) AND pg_xact_status({_XMIN}) = 'committed')"
+)
 
 
 @functools.cache
 def _context_sql(ingest: bool) -> str:
-    """Whether another transaction holds the step's lock, the tool, for an envelope whether its
-    code is documented, the new rows' ids, the step locked FOR UPDATE (SKIP LOCKED: see
-    `_context_read`) with whether it has decisions, what its proposal reads (the latest attempt,
+    """Whether the step was locked after a wait (see `_context_read`), the tool, for an envelope
+    whether its code is documented, the new rows' ids, the step locked FOR UPDATE with whether it
+    has decisions, what its proposal reads (the latest attempt,
     or the refused input the binding names: proposal.proposal_of) and its last envelope."""
     relation = Step._meta.get_field("decisions")
     decisions = relation.related_model  # the reviewers' app, reached by the relation only
@@ -225,7 +249,7 @@ def _context_sql(ingest: bool) -> str:
     envelope_id = f"nextval({modelsql.sequence(Envelope)})" if ingest else "NULL::bigint"
     same_step = f"{q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s"
     return (
-        f"SELECT {step_id} IS NULL AND EXISTS (SELECT 1 FROM {table(Step)} WHERE {same_step}), "  # noqa: S608
+        f"SELECT {step_id} IS NOT NULL AND {_NEWER_THAN_SNAPSHOT}, "  # noqa: S608
         f"{modelsql.select_list(Tool, 't')}, {documented}, "
         f"CASE WHEN {step_id} IS NULL THEN nextval({modelsql.sequence(Step)}) END, "
         f"{envelope_id}, "
@@ -235,7 +259,7 @@ def _context_sql(ingest: bool) -> str:
         f"{modelsql.select_list(Envelope, 'e')}, "
         f"{modelsql.select_list(Step, 's')} "
         f"FROM {table(Tool)} t LEFT JOIN LATERAL ("
-        f"SELECT * FROM {table(Step)} WHERE {same_step} FOR UPDATE SKIP LOCKED) s ON true "
+        f"SELECT *, xmin FROM {table(Step)} WHERE {same_step} FOR UPDATE) s ON true "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(Attempt)} WHERE {q('step_id')} = {step_id} "
         f"AND s.{q('last_fingerprint')} <> '' ORDER BY {q('number')} DESC LIMIT 1) a ON true "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(ProposedInput)} WHERE {q('step_id')} = {step_id} "
@@ -243,15 +267,6 @@ def _context_sql(ingest: bool) -> str:
         f"AND {q('fingerprint')} = s.{q('approval_fingerprint')} ORDER BY {q('id')} DESC LIMIT 1) p ON true "
         f"LEFT JOIN {table(Envelope)} e ON e.{q('id')} = s.{q('last_envelope_id')} "
         f"WHERE t.{q('team_id')} = %(team)s AND t.{q('name')} = %(tool)s"
-    )
-
-
-@functools.cache
-def _lock_sql() -> str:
-    q = modelsql.quote
-    return (
-        f"SELECT 1 FROM {modelsql.table(Step)} WHERE {q('team_id')} = %(team)s "  # noqa: S608 (names only)
-        f"AND {q('operation_ref')} = %(ref)s FOR UPDATE"
     )
 
 
@@ -563,12 +578,19 @@ def apply_event(
 T = TypeVar("T")
 
 
-def on_step_race(work: Callable[[], T]) -> T:
+def on_step_race(work: Callable[[], T], *, team: Team | None = None) -> T:
     """Run `work` in a transaction of its own, and once more if another transaction created the
-    step it creates first (its INSERT's IntegrityError): the second run finds that step."""
+    step it creates first (its INSERT's IntegrityError): the second run finds that step. A
+    `ToolUnknown` registers the tool for `team` between two runs."""
     try:
-        with transaction.atomic():
-            return work()
+        try:
+            with transaction.atomic():
+                return work()
+        except ToolUnknown as unknown:
+            assert team is not None, "a work that names tools needs its team"
+            tool_auto_register(team=team, name=unknown.name)
+            with transaction.atomic():
+                return work()
     except IntegrityError:
         with transaction.atomic():
             return work()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.services import DecisionRefused, step_decide
@@ -215,9 +216,12 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
     def waiter() -> Any:
         assert locked.wait(10)
         try:
-            return services.attempt_request(
-                team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
-            )
+            with CaptureQueriesContext(connection) as queries:
+                grant = services.attempt_request(
+                    team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
+                )
+            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
+            return grant
         finally:
             connection.close()
 
@@ -232,4 +236,6 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
     assert step.last_envelope_id == written["envelope_id"]
     assert grant.step.last_envelope.pk == written["envelope_id"]  # the answer read it after the wait
     assert step.attempts == 2
+    if connection.vendor == "postgresql":  # the context read saw it waited, and read again after the wait
+        assert len(written["reads"]) == 2, written["reads"]
     assert audit_verify() == []
