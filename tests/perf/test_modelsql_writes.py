@@ -113,7 +113,12 @@ def related(team: Team, make_reviewer) -> dict[type, list[Any]]:  # type: ignore
     tools = [tool_get_or_register(team=team, name=name).pk for name in ("send_email", "create_invoice")]
     step = Step.objects.create(team=team, tool_id=tools[0], operation_ref="target", state="needs_input")
     envelope = Envelope.objects.create(
-        team=team, tool_id=tools[0], step=step, dialect="canonical", ok=True, occurred_at=datetime(2026, 1, 1, tzinfo=UTC)
+        team=team,
+        tool_id=tools[0],
+        step=step,
+        dialect="canonical",
+        ok=True,
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
     return {
         Team: [team.pk],
