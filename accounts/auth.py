@@ -25,7 +25,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
-from envelopes import hot_sql
+from envelopes import modelsql
 from limits.throttle import row_and_window_hit_sql, token_read, token_renew, window_hit, window_hit_and_token
 
 from .models import ApiKey, Team
@@ -71,7 +71,7 @@ def _key_row(key_hash: str) -> tuple[Any, ...] | None:
     """The active (unrevoked) key of that hash with its team's columns: one indexed read
     (key_hash is unique), the rows `ApiKey.objects.active().select_related("team")` would give."""
     sql, _, _ = _key_sql()
-    return hot_sql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
+    return modelsql.fetchone_bound(sql, [key_hash])  # a prepared statement on PostgreSQL
 
 
 @functools.cache
@@ -92,7 +92,7 @@ def _key_row_counted(request: Request, key_hash: str) -> tuple[Any, ...] | None:
     _, length_s = ApiKeyRateThrottle._rate()
     now = time.time()
     bucket = int(now // length_s)
-    row = hot_sql.fetchone_bound(sql, [f"{ApiKeyRateThrottle.scope}:", key_hash, bucket])
+    row = modelsql.fetchone_bound(sql, [f"{ApiKeyRateThrottle.scope}:", key_hash, bucket])
     if row is None:
         return None
     request._holdpoint_counted = _Counted(row[0], length_s, now, bucket, int(row[-1]))  # type: ignore[attr-defined]

@@ -16,11 +16,9 @@ from django.utils import timezone
 from accounts.models import ApiKey, Membership, Team
 from accounts.services import NewApiKey, api_key_create, api_keys_revoke
 from envelopes import services as step_services
-from envelopes.errors import InputInvalid
-from envelopes.events import event_emit
+from envelopes.errors import InputInvalid, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Decision, Step, Tool
-from envelopes.presenters import decision_representation, step_representation
 from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
 
 logger = logging.getLogger(__name__)
@@ -137,7 +135,8 @@ def step_decide(
                 "You already approved this input; a second reviewer must approve it.", already_decided=True
             )
         approvals_so_far = earlier.values("reviewer").distinct().count() + 1
-    decision = Decision.objects.create(
+    # Written with the step's change, in the same plan (envelopes.services.step_decision_apply).
+    decision = Decision(
         step=step,
         reviewer=actor,
         action=action,
@@ -149,20 +148,11 @@ def step_decide(
     )
     transitioned = step_services.step_decision_apply(
         step=step,
-        action=action,
-        reason=reason,
+        decision=decision,
         final=action != "approve" or approvals_so_far >= step.tool.required_approvals,
         actor=username,
         now=now,
-        data={"decision_id": decision.pk},
-        fingerprint=fingerprint or None,
         edited=edited,
-    )
-    event_emit(
-        team_id=team.pk,
-        event_type="step.decided",
-        data=lambda: {"step": step_representation(step), "decision": decision_representation(decision)},
-        step_id=step.pk,
     )
     return DecisionResult(decision=decision, step=step, transitioned=transitioned, approvals_so_far=approvals_so_far)
 
@@ -264,7 +254,7 @@ def tool_cancel_steps_while_halted(
         except ToolNoLongerHalted:
             logger.info("cancel-all of %s stopped after %d steps: the tool was resumed", tool.name, cancelled)
             return CancelHeldResult(cancelled=cancelled, resumed_midway=True)
-        except (DecisionRefused, step_services.StepNotFound):
+        except (DecisionRefused, StepNotFound):
             continue
         cancelled += int(result.transitioned)
     return CancelHeldResult(cancelled=cancelled)

@@ -57,28 +57,28 @@ def instrument() -> list[tuple[str, bool]]:
     from rest_framework.renderers import JSONRenderer
     from rest_framework.request import Request
 
-    from envelopes import after_response, api, auth, hot, hot_sql, schema, services
+    from envelopes import after_response, api, auth, modelsql, schema, services, transitions
     from webhooks import outbox
 
     phases = [
         (auth.ApiKeyAuthentication, "authenticate", "auth: the key lookup", True),
         (auth.ApiKeyRateThrottle, "allow_request", "throttle: one Redis script", True),
         (Request, "_parse", "body: DRF parser", True),
-        (hot, "envelope_ingest", "ingest: hot path (BEGIN..COMMIT)", True),
-        (hot, "attempt_request", "grant: hot path (BEGIN..COMMIT)", True),
+        (services, "envelope_ingest", "ingest: the service (BEGIN..COMMIT)", True),
+        (services, "attempt_request", "grant: the service (BEGIN..COMMIT)", True),
         (api, "_attempt_request_plain", "grant: body check", True),
-        (hot, "_context", "  context read (BEGIN + 1 statement)", False),
+        (services, "step_context", "  context read (BEGIN + 1 statement)", False),
         (schema, "parse_envelope", "  schema, rules, redaction", False),
-        (hot, "event_plan", "  state machine + audit hash", False),
-        (hot, "envelope_build", "  envelope row built", False),
-        (hot, "_write", "  the write (1 statement)", False),
-        (hot_sql, "insert", "    rows' values (hot_sql.insert)", False),
-        (hot_sql, "update", "    step's values (hot_sql.update)", False),
-        (hot, "step_representation", "    the event's step shape", False),
+        (transitions, "event_plan", "  state machine + audit hash", False),
+        (services, "envelope_build", "  envelope row built", False),
+        (transitions, "plan_write", "  the write (1 statement)", False),
+        (modelsql, "insert", "    rows' values (modelsql.insert)", False),
+        (modelsql, "update", "    step's values (modelsql.update)", False),
+        (transitions, "step_representation", "    the event's step shape", False),
         (outbox, "_statement", "    the outbox message (its JSON body)", False),
-        (hot_sql, "combined", "    statement text + values", False),
-        (hot_sql, "fetchone_bound", "SQL sent and answered (every hot statement)", False),
-        (hot_sql, "execute_bound", "SQL sent and answered (every hot statement)", False),
+        (modelsql, "combined", "    statement text + values", False),
+        (modelsql, "fetchone_bound", "SQL sent and answered (every hot statement)", False),
+        (modelsql, "execute_bound", "SQL sent and answered (every hot statement)", False),
         (BaseDatabaseWrapper, "commit", "  COMMIT", False),
         (after_response, "_run", AFTER, True),
         (services.IngestAnswer, "as_dict", "answer: as_dict", True),

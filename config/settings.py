@@ -136,7 +136,7 @@ else:
     _pgbouncer = env.bool("HOLDPOINT_PGBOUNCER", default=False)
     if _pgbouncer:
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-    # The agent API's hot statements (envelopes/hot_sql.py) are prepared by psycopg the third
+    # The agent API's hot statements (envelopes/modelsql.py) are prepared by psycopg the third
     # time a connection runs them, so PostgreSQL stops parsing and planning them on every call;
     # Django's ORM binds values on the client and is never prepared. Soon rather than psycopg's
     # default of five: psycopg forgets its prepared statements at every rollback. Off (`false`,

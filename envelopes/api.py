@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from accounts.models import ApiKey, Team
 
-from . import errors, hot, openapi, schema, services
+from . import errors, openapi, schema, services
 from .apikit.pagination import StepCursor
 from .apikit.problems import CONTENT_TYPE, problem_exception_handler
 from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
@@ -34,7 +34,7 @@ from .idempotency import (
 from .lifecycle import State
 from .models import ErrorCode, SkippedResource, Step, Tool
 from .presenters import decisions_prefetch, step_representation
-from .proposal import input_accept, proposals_load
+from .proposal import proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
 
 
@@ -117,11 +117,7 @@ class EnvelopeIngestApi(APIView):
 
         def work() -> Response:
             team = request_team(request)
-            # The common case in a few statements (envelopes.hot); anything else, or nothing
-            # written there, goes through the service, which handles every case.
-            answer = hot.envelope_ingest(team=team, payload=payload, dialect=dialect) or services.envelope_ingest(
-                team=team, payload=payload, dialect=dialect, raw_body=raw_body
-            )
+            answer = services.envelope_ingest(team=team, payload=payload, dialect=dialect, raw_body=raw_body)
             return Response(answer.as_dict(), status=201)
 
         return _idempotent(request, "envelopes", body_fingerprint(dialect, raw_body), work)
@@ -207,11 +203,7 @@ class AttemptRequestApi(APIView):
                 "run_id": data.get("run_id", ""),
                 "correlation_id": data.get("correlation_id", ""),
             }
-            sent = data.get("input")
-            accepted = input_accept(sent, fingerprint=fields["fingerprint"]) if sent is not None else None
-            # The common case in a few statements (envelopes.hot); anything else, or nothing
-            # written there, goes through the service, which handles every case.
-            grant = hot.attempt_request(**fields, accepted=accepted) or services.attempt_request(**fields, input=sent)
+            grant = services.attempt_request(**fields, input=data.get("input"))
             return Response(grant.as_dict(), status=201)
 
         return _idempotent(request, "attempts", body_fingerprint(ref, raw_body), work)

@@ -86,7 +86,7 @@ def audit_link(
     now: datetime | None = None,
 ) -> AuditEvent:
     """The next link of the holder's chain, hashed, not saved yet (`audit_append` saves it; the
-    ingest's hot path writes it in one statement with the rows of the same change). Advances the
+    core's writer, transitions.plan_write, writes it with the rows of the same change). Advances the
     holder's `audit_seq` / `audit_head`."""
     if isinstance(holder, Step):
         chain, step_id, tool_id = f"step:{holder.pk}", holder.pk, holder.tool_id

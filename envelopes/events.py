@@ -67,7 +67,7 @@ class Consumer(Protocol):
 @dataclass(frozen=True)
 class Fold:
     """A consumer's work for one event as a single INSERT (`%s` placeholders, ending in
-    RETURNING), which the core's hot path runs inside the statement that writes the event: one
+    RETURNING), which the core's writer on PostgreSQL runs inside the statement that writes the event: one
     round trip for both. `written` is then called, in the transaction, with the rows it wrote."""
 
     sql: str
@@ -90,7 +90,7 @@ _folders: dict[Consumer, Folder] = {}
 def subscribe(handler: Consumer, *, fold: Folder | None = None) -> Consumer:
     """Register a consumer (once; subscribing it again changes nothing). Returns it, so it can
     decorate. `fold`, when given, does the handler's work as one statement (a `Fold`) for the
-    hot path (`folder_of`); every other writer of events calls the handler."""
+    core's writer on PostgreSQL (`folder_of`); every other writer of events calls the handler."""
     if handler not in _consumers:
         _consumers.append(handler)
     if fold is not None:

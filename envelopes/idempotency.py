@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 
-from . import hot_sql
+from . import modelsql
 from .errors import HoldpointError
 from .models import IdempotencyRecord
 
@@ -121,15 +121,15 @@ def _claim(claim: IdempotencyRecord) -> bool:
         except IntegrityError:
             return False
         return True
-    sql, values = hot_sql.insert(claim)
-    row = hot_sql.fetchone_bound(
-        f"{sql} ON CONFLICT DO NOTHING RETURNING {hot_sql.quote('id')}, set_config('synchronous_commit', 'off', true)",
+    sql, values = modelsql.insert(claim)
+    row = modelsql.fetchone_bound(
+        f"{sql} ON CONFLICT DO NOTHING RETURNING {modelsql.quote('id')}, set_config('synchronous_commit', 'off', true)",
         values,
     )
     if row is None:
         return False
     claim.pk = row[0]
-    hot_sql.mark_saved(claim)
+    modelsql.mark_saved(claim)
     return True
 
 
@@ -153,23 +153,25 @@ def idempotency_hold(record: IdempotencyRecord) -> bool:
     assert transaction.get_connection().in_atomic_block, "hold the claim in the work's transaction"
     if connection.vendor != "postgresql":  # no FOR UPDATE there: writers take turns anyway
         return IdempotencyRecord.objects.filter(pk=record.pk, status__isnull=True).exists()
-    return hot_sql.fetchone_bound(_hold_sql(), [record.pk]) is not None
+    return modelsql.fetchone_bound(_hold_sql(), [record.pk]) is not None
 
 
 @functools.cache
 def _hold_sql() -> str:
     """`select_for_update().filter(pk=..., status__isnull=True).exists()`, written once: a
-    prepared statement on PostgreSQL (envelopes.hot_sql), no ORM compilation per request."""
-    q = hot_sql.quote
-    return f"SELECT 1 FROM {hot_sql.table(IdempotencyRecord)} WHERE {q('id')} = %s AND {q('status')} IS NULL FOR UPDATE"  # noqa: S608
+    prepared statement on PostgreSQL (envelopes.modelsql), no ORM compilation per request."""
+    q = modelsql.quote
+    return (
+        f"SELECT 1 FROM {modelsql.table(IdempotencyRecord)} WHERE {q('id')} = %s AND {q('status')} IS NULL FOR UPDATE"  # noqa: S608
+    )
 
 
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:
     """Store the answer to replay: in the transaction of the work it answers (see the module).
     The three columns as `save(update_fields=...)` would write them, in one prepared statement
-    (envelopes.hot_sql)."""
+    (envelopes.modelsql)."""
     record.status, record.response, record.headers = status, body, headers
-    hot_sql.execute_bound(*hot_sql.update(record, ("status", "response", "headers")))
+    modelsql.execute_bound(*modelsql.update(record, ("status", "response", "headers")))
 
 
 def idempotency_release(record: IdempotencyRecord) -> None:

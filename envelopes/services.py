@@ -1,24 +1,27 @@
 """Every write of the agent side: envelopes, the attempt gate, verification, timers, circuits.
 
 Each function runs in one transaction and applies its event through `transitions.apply_event`
-(row lock, state machine, audit links, save, `step.state_changed`). Views, tasks, commands and
-the approvals app call these; nothing else sets `step.state`.
+(the step's context, the plan, the one writer). Views, tasks, commands and the approvals app
+call these; nothing else sets `step.state`. The rare cases (a new tool, a rejected envelope, a
+halt, a skipped resource, a race creating a step) are branches around the same plan.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from accounts.models import Team
 
-from . import lifecycle, schema
-from .audit import audit_append
+from . import lifecycle, modelsql, schema
+from .audit import audit_append, audit_link
 from .errors import (
     AttemptRefused,
     EnvelopeInvalid,
@@ -30,17 +33,20 @@ from .errors import (
 )
 from .events import event_emit
 from .models import Attempt, AuditEvent, Envelope, ProposedInput, Quarantine, SkippedResource, Step, Tool
-from .presenters import step_representation
+from .presenters import decision_representation, decisions_prefetch, step_representation
 from .proposal import AcceptedInput, Proposal, input_accept, proposal_remember
 from .redaction import redact_body, redact_json
 from .rfc3339 import rfc3339
 from .transitions import (
     AGENT,
     SYSTEM,
-    Applied,
+    Plan,
+    StepContext,
+    ToolUnknown,
     apply_event,
     code_is_documented,
-    step_save,
+    on_step_race,
+    step_context,
     tool_auto_register,
     tool_get_or_register,
 )
@@ -67,7 +73,7 @@ class IngestAnswer:
     directive_not_before: datetime | None
     dropped_detail_keys: tuple[str, ...]
     flags: tuple[str, ...]
-    # The step's shape as its step.state_changed event carried it (envelopes.hot builds it once).
+    # The step's shape as its step.state_changed event carried it (transitions.plan_write builds it once).
     step_shape: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,7 +111,8 @@ def envelope_quarantine(
 ) -> Quarantine:
     """Keep a payload that broke the contract and escalate the step it names."""
     now = now or timezone.now()
-    with transaction.atomic():
+
+    def work() -> Quarantine:
         tool = tool_auto_register(team=team, name=tool_name) if tool_name else None
         step = None
         if tool is not None and operation_ref:
@@ -133,6 +140,8 @@ def envelope_quarantine(
             received_at=now,
         )
 
+    return on_step_race(work)
+
 
 def _rejected(team: Team, rejected: schema.EnvelopeRejected, raw_body: bytes, now: datetime) -> EnvelopeInvalid:
     invalid = EnvelopeInvalid(rejected)
@@ -148,60 +157,24 @@ def _rejected(team: Team, rejected: schema.EnvelopeRejected, raw_body: bytes, no
     return invalid
 
 
+class _Rejected(Exception):
+    """An envelope the contract refuses, found in the ingest's transaction: it is left (nothing
+    was written) and the payload quarantined in a transaction of its own."""
+
+    def __init__(self, rejected: schema.EnvelopeRejected) -> None:
+        super().__init__(rejected.code)
+        self.rejected = rejected
+
+
 def envelope_ingest(
     *, team: Team, payload: Any, dialect: str, raw_body: bytes, now: datetime | None = None
 ) -> IngestAnswer:
     """Validate, redact and store one envelope, and move its step (contract §2, §3)."""
     now = now or timezone.now()
-    tool_name, operation_ref = schema.identify(payload, dialect)
-    tool = tool_auto_register(team=team, name=tool_name) if tool_name else None
-    attempts_so_far = 0
-    if tool is not None and operation_ref and dialect == "compact":
-        attempts_so_far = (
-            Step.objects.filter(team=team, operation_ref=operation_ref).values_list("attempts", flat=True).first() or 0
-        )
-    context = schema.ToolContext(
-        max_attempts=tool.max_attempts if tool else 3,
-        side_effects=tool.side_effects if tool else True,
-        attempts_so_far=attempts_so_far,
-        safe_detail_keys=frozenset(tool.safe_detail_keys) if tool else frozenset(),
-    )
     try:
-        parsed = schema.parse_envelope(payload, dialect=dialect, context=context, received_at=now)
-    except schema.EnvelopeRejected as rejected:
-        raise _rejected(team, rejected, raw_body, now) from rejected
-    assert tool is not None
-
-    flags = set(parsed.flags)
-    documented = True
-    if not parsed.ok:
-        documented = code_is_documented(tool=tool, code=parsed.code or "")
-        if not documented:
-            if tool.strict_codes:
-                undocumented = schema.EnvelopeRejected(
-                    code="undocumented_code",
-                    errors=(schema.FieldError("code", "documented"),),
-                    tool=parsed.tool,
-                    operation_ref=parsed.operation_ref,
-                    detail=f"{parsed.code} is not in the catalog of {tool.name}, which refuses undocumented codes.",
-                )
-                raise _rejected(team, undocumented, raw_body, now)
-            flags.add("undocumented_code")
-
-    correlation_id = parsed.correlation_id or str(uuid.uuid4())
-    event = envelope_event(parsed, tool)
-    try:
-        with transaction.atomic():
-            answer = _envelope_store(
-                team=team,
-                tool=tool,
-                parsed=parsed,
-                flags=flags,
-                documented=documented,
-                correlation_id=correlation_id,
-                event=event,
-                now=now,
-            )
+        return on_step_race(lambda: _ingest(team, payload, dialect, now), team=team)
+    except _Rejected as rejected:
+        raise _rejected(team, rejected.rejected, raw_body, now) from rejected.rejected
     except ToolMismatch:
         envelope_quarantine(
             team=team,
@@ -213,7 +186,114 @@ def envelope_ingest(
             now=now,
         )
         raise
-    return answer
+
+
+def _ingest(team: Team, payload: Any, dialect: str, now: datetime) -> IngestAnswer:
+    """One ingest in the caller's transaction: the step's context (registering a tool named for
+    the first time), the parse, the plan with the envelope's row, the write, then the circuit or
+    the skipped resource an error of that scope opens."""
+    tool_name, operation_ref = schema.identify(payload, dialect)
+    code = payload.get("code") if isinstance(payload, dict) else None
+    # The catalog is asked for the code as sent; one that breaks its pattern (a NUL in it, which
+    # PostgreSQL refuses as a parameter) is the parse's to reject.
+    code = code if isinstance(code, str) and re.fullmatch(schema.CODE_PATTERN, code) else ""
+    context: StepContext | None = None
+    tool = None
+    if tool_name and operation_ref:
+        context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref, code=code, ingest=True)
+        if context is None:
+            raise ToolUnknown(tool_name)
+        tool = context.tool
+    elif tool_name:
+        tool = tool_auto_register(team=team, name=tool_name)
+    step = context.step if context else None
+    schema_context = schema.ToolContext(
+        max_attempts=tool.max_attempts if tool else 3,
+        side_effects=tool.side_effects if tool else True,
+        attempts_so_far=step.attempts if step is not None and dialect == "compact" else 0,
+        safe_detail_keys=frozenset(tool.safe_detail_keys) if tool else frozenset(),
+    )
+    try:
+        parsed = schema.parse_envelope(payload, dialect=dialect, context=schema_context, received_at=now)
+    except schema.EnvelopeRejected as rejected:
+        raise _Rejected(rejected) from rejected
+    assert tool is not None and context is not None
+
+    flags = set(parsed.flags)
+    documented = True
+    if not parsed.ok:
+        same_code = (parsed.code or "") == code
+        documented = context.documented if same_code else code_is_documented(tool=tool, code=parsed.code or "")
+        if not documented:
+            if tool.strict_codes:
+                raise _Rejected(
+                    schema.EnvelopeRejected(
+                        code="undocumented_code",
+                        errors=(schema.FieldError("code", "documented"),),
+                        tool=parsed.tool,
+                        operation_ref=parsed.operation_ref,
+                        detail=f"{parsed.code} is not in the catalog of {tool.name}, which refuses undocumented codes.",
+                    )
+                )
+            flags.add("undocumented_code")
+
+    correlation_id = parsed.correlation_id or str(uuid.uuid4())
+
+    def envelope_row(plan: Plan) -> list[Any]:
+        assert plan.step is not None  # only an attempt is refused before its step exists
+        envelope = envelope_build(
+            parsed,
+            team=team,
+            tool=tool,
+            step=plan.step,
+            correlation_id=correlation_id,
+            flags=flags,
+            documented=documented,
+            step_closed=plan.outcome.ignored,
+            now=now,
+        )
+        envelope.id = context.envelope_id  # numbered by the context read (None: by its INSERT)
+        if not plan.outcome.ignored:
+            plan.step.last_envelope = envelope
+        return [envelope]  # a stored envelope is news on its step (updated_at), even a closed one's
+
+    plan = apply_event(
+        context=context,
+        event=envelope_event(parsed, tool),
+        actor=AGENT,
+        cause="envelope",
+        now=now,
+        correlation_id=correlation_id,
+        run_id=parsed.run_id or "",
+        rows=envelope_row,
+    )
+    step, (envelope,) = plan.step, plan.rows
+    assert step is not None and isinstance(envelope, Envelope)
+    shape = plan.step_shape
+    if not parsed.ok and not plan.outcome.ignored:
+        if parsed.scope == "service":
+            _tool_halt(tool, envelope=envelope, now=now)
+            shape = None  # the tool changed after the event
+        elif parsed.scope == "resource" and (parsed.run_id or step.run_id):
+            SkippedResource.objects.create(
+                team=team,
+                run_id=parsed.run_id or step.run_id,
+                resource_id=parsed.resource_id or "",
+                correlation_id=correlation_id,
+                code=parsed.code or "",
+                operation_ref=step.operation_ref,
+                envelope=envelope,
+                occurred_at=parsed.occurred_at,
+            )
+    return IngestAnswer(
+        envelope=envelope,
+        step=step,
+        directive_reason=plan.outcome.directive_reason,
+        directive_not_before=plan.outcome.directive_not_before,
+        dropped_detail_keys=parsed.dropped_detail_keys,
+        flags=tuple(sorted(flags)),
+        step_shape=shape,
+    )
 
 
 def envelope_event(parsed: schema.ParsedEnvelope, tool: Tool) -> lifecycle.EnvelopeArrived:
@@ -286,76 +366,6 @@ def envelope_build(
         flags=sorted(flags),
         documented=documented,
         step_closed=step_closed,
-    )
-
-
-def _envelope_store(
-    *,
-    team: Team,
-    tool: Tool,
-    parsed: schema.ParsedEnvelope,
-    flags: set[str],
-    documented: bool,
-    correlation_id: str,
-    event: lifecycle.EnvelopeArrived,
-    now: datetime,
-) -> IngestAnswer:
-    stored: list[Envelope] = []
-
-    def envelope_create(applied: Applied) -> bool:
-        assert applied.step is not None  # only an attempt is refused before its step exists
-        envelope = envelope_build(
-            parsed,
-            team=team,
-            tool=tool,
-            step=applied.step,
-            correlation_id=correlation_id,
-            flags=flags,
-            documented=documented,
-            step_closed=applied.outcome.ignored,
-            now=now,
-        )
-        envelope.save(force_insert=True)
-        stored.append(envelope)
-        if not applied.outcome.ignored:
-            applied.step.last_envelope = envelope
-        return True  # a stored envelope is news on its step (updated_at), even a closed one's
-
-    applied = apply_event(
-        team=team,
-        tool=tool,
-        operation_ref=parsed.operation_ref,
-        event=event,
-        actor=AGENT,
-        cause="envelope",
-        now=now,
-        correlation_id=correlation_id,
-        run_id=parsed.run_id or "",
-        before_save=envelope_create,
-    )
-    step, (envelope,) = applied.step, stored
-    assert step is not None
-    if not parsed.ok and not applied.outcome.ignored:
-        if parsed.scope == "service":
-            _tool_halt(tool, envelope=envelope, now=now)
-        elif parsed.scope == "resource" and (parsed.run_id or step.run_id):
-            SkippedResource.objects.create(
-                team=team,
-                run_id=parsed.run_id or step.run_id,
-                resource_id=parsed.resource_id or "",
-                correlation_id=correlation_id,
-                code=parsed.code or "",
-                operation_ref=step.operation_ref,
-                envelope=envelope,
-                occurred_at=parsed.occurred_at,
-            )
-    return IngestAnswer(
-        envelope=envelope,
-        step=step,
-        directive_reason=applied.outcome.directive_reason,
-        directive_not_before=applied.outcome.directive_not_before,
-        dropped_detail_keys=parsed.dropped_detail_keys,
-        flags=tuple(sorted(flags)),
     )
 
 
@@ -464,49 +474,52 @@ def attempt_request(
     binding, and so what a reviewer must read, did not change."""
     now = now or timezone.now()
     accepted = input_accept(input, fingerprint=fingerprint) if input is not None else None
-    tool = tool_auto_register(team=team, name=tool_name)
-    event = attempt_event(fingerprint, tool)
-    granted: list[Attempt] = []
 
-    def attempt_create(applied: Applied) -> bool:
-        if applied.step is not None and applied.outcome.granted:
-            attempt = Attempt.objects.create(
-                step=applied.step,
-                number=applied.step.attempts,
+    def attempt_rows(plan: Plan) -> list[Any]:
+        step, outcome = plan.step, plan.outcome
+        assert step is not None
+        stored_input = accepted.stored if accepted else None
+        redacted = accepted.redacted if accepted else False
+        if outcome.granted:
+            attempt = Attempt(
+                step=step,
+                number=step.attempts,
                 fingerprint=fingerprint,
                 run_id=run_id,
                 correlation_id=correlation_id,
                 granted_at=now,
-                input=accepted.stored if accepted else None,
-                input_redacted=accepted.redacted if accepted else False,
+                input=stored_input,
+                input_redacted=redacted,
             )
-            granted.append(attempt)
-            proposal_remember(applied.step, _proposal(attempt.number, fingerprint, accepted, now))
-        elif applied.step is not None and applied.outcome.refusal == "approval_mismatch":
-            ProposedInput.objects.create(
-                step=applied.step,
-                fingerprint=fingerprint,
-                input=accepted.stored if accepted else None,
-                input_redacted=accepted.redacted if accepted else False,
-                proposed_at=now,
-            )
-            proposal_remember(applied.step, _proposal(None, fingerprint, accepted, now))
-        return False
+            proposal_remember(step, _proposal(attempt.number, fingerprint, accepted, now))
+            return [attempt]
+        if outcome.refusal == "approval_mismatch":
+            proposal_remember(step, _proposal(None, fingerprint, accepted, now))
+            return [
+                ProposedInput(
+                    step=step, fingerprint=fingerprint, input=stored_input, input_redacted=redacted, proposed_at=now
+                )
+            ]
+        return []
 
-    with transaction.atomic():
-        applied = apply_event(
-            team=team,
-            tool=tool,
-            operation_ref=operation_ref,
-            event=event,
+    def work() -> Plan:
+        context = step_context(team=team, tool_name=tool_name, operation_ref=operation_ref)
+        if context is None:
+            raise ToolUnknown(tool_name)
+        assert context.tool is not None
+        return apply_event(
+            context=context,
+            event=attempt_event(fingerprint, context.tool),
             actor=AGENT,
             cause="attempt",
             now=now,
             correlation_id=correlation_id,
             run_id=run_id,
-            before_save=attempt_create,
+            rows=attempt_rows,
         )
-    step, outcome = applied.step, applied.outcome
+
+    plan = on_step_race(work, team=team)
+    step, outcome = plan.step, plan.outcome
     if step is None:
         raise AttemptRefused(
             outcome.refusal,
@@ -525,11 +538,13 @@ def attempt_request(
                 step,
                 directive_reason=outcome.directive_reason,
                 directive_not_before=outcome.directive_not_before,
+                built=plan.step_shape,
             )["directive"],
             retry_after=outcome.retry_after,
         )
-    (attempt,) = granted
-    return AttemptGrant(attempt=attempt, step=step)
+    (attempt,) = plan.rows
+    assert isinstance(attempt, Attempt)
+    return AttemptGrant(attempt=attempt, step=step, step_shape=plan.step_shape)
 
 
 def _proposal(number: int | None, fingerprint: str, accepted: AcceptedInput | None, now: datetime) -> Proposal:
@@ -612,8 +627,8 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
         snapshot = step.snapshot()
         timer = snapshot.due_timer(now)
         if timer is None:
-            step.due_at = snapshot.due_at  # a stale column: what the step waits on now, if anything
-            step.save(update_fields=["due_at"])
+            # A stale column: no act for the machine, the plan only sets what the step waits on now.
+            apply_event(step=step, event=None, actor=SYSTEM, cause="timer", now=now)
             return False
         applied = apply_event(
             step=step,
@@ -659,45 +674,68 @@ def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
 def step_decision_apply(
     *,
     step: Step,
-    action: str,
-    reason: str,
+    decision: Any,
     final: bool,
     actor: str,
     now: datetime,
-    data: dict[str, Any],
-    fingerprint: str | None = None,
     edited: bool = False,
 ) -> bool:
-    """A reviewer's decision on a step the caller locked (`step_lock_for_decision`): its audit
-    link and, when it is final, the act fed to the machine. A decision that is not final yet
-    (the first of two approvals) moves nothing. An approval's `fingerprint` is the input it
-    approved; `edited`: a reviewer's own input, whose fingerprint the step then binds (§3).
-    True when the step moved."""
-    link: dict[str, Any] = {"reason": reason}
+    """A reviewer's decision (an unsaved Decision of the reviewers' app) on a step the caller
+    locked (`step_lock_for_decision`), applied as one plan: the decision's row and audit link
+    and, when it is final, the act fed to the machine, then `step.decided`. A decision that is
+    not final yet (the first of two approvals) moves nothing. An approval's `input_fingerprint`
+    is the input it approved; `edited`: a reviewer's own input, whose fingerprint the step then
+    binds (§3). True when the step moved."""
+    decision.pk = modelsql.next_id(type(decision))  # named by the audit links' hash
+    action, fingerprint = decision.action, decision.input_fingerprint or None
+    link: dict[str, Any] = {"reason": decision.reason}
     if action == "approve":
         link |= {"input_fingerprint": fingerprint, "edited": edited}
-    audit_append(
-        holder=step,
-        kind=AuditEvent.Kind.DECISION,
-        actor=actor,
-        before=step.state,
-        after=step.state,
-        reason=action,
-        data=link,
-        now=now,
-    )
-    if not final:
-        step_save(step, now)  # the decision's link is the new head of the step's chain
-        return False
-    applied = apply_event(
+    _decisions_with(step, decision)
+
+    def decision_link(step: Step) -> list[AuditEvent]:
+        return [
+            audit_link(
+                holder=step,
+                kind=AuditEvent.Kind.DECISION,
+                actor=actor,
+                before=step.state,
+                after=step.state,
+                reason=action,
+                data=link,
+                now=now,
+            )
+        ]
+
+    plan = apply_event(
         step=step,
-        event=lifecycle.ReviewerActed(
-            action=action, fingerprint=fingerprint if edited else None, approval_ttl_s=step.tool.approval_ttl_s
+        event=(
+            lifecycle.ReviewerActed(
+                action=action, fingerprint=fingerprint if edited else None, approval_ttl_s=step.tool.approval_ttl_s
+            )
+            if final
+            else None
         ),
         actor=actor,
         cause="decision",
         now=now,
-        data=data,
-        before_save=lambda applied: True,  # the decision's link changed the row, whatever the act did
+        data={"decision_id": decision.pk},
+        links=decision_link,
+        rows=lambda plan: [decision],
+        announce=lambda plan: [
+            ("step.decided", lambda: {"step": step_representation(step), "decision": decision_representation(decision)})
+        ],
     )
-    return applied.outcome.changed
+    return plan.outcome.changed
+
+
+def _decisions_with(step: Step, decision: Any) -> None:
+    """What the step's decisions read from now on: the earlier ones and this one, not written yet
+    (the events of the same write carry the step with it)."""
+    cache = getattr(step, "_prefetched_objects_cache", {})
+    if "decisions" not in cache:
+        prefetch_related_objects([step], decisions_prefetch())
+    decisions = [*step.decisions.all(), decision]  # type: ignore[attr-defined]
+    listed = type(decision)._default_manager.none()
+    listed._result_cache = decisions
+    step._prefetched_objects_cache["decisions"] = listed  # type: ignore[attr-defined]

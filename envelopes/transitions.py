@@ -1,10 +1,17 @@
 """The one place where step transitions are applied.
 
 `apply_event` is the one way to apply an event to a step, used by every door (the API, the
-dashboard, a timer, a task): it locks the step row (creating the step when the event may), asks
-`lifecycle.advance` what happens, copies the answer onto the row, appends the audit links, lets
-the caller write the rows of the same change, saves the row and emits `step.state_changed`, all
-in the caller's transaction.
+dashboard, a timer, a task, every reviewer channel). It is three pieces, each written once:
+
+1. the step's context (`step_context`): its tool, the step locked for the transaction, and the
+   ids of the rows to write, in one read (`_context_sql` on PostgreSQL, the ORM elsewhere; a tool
+   named for the first time is registered in a transaction of its own: `ToolUnknown`);
+2. the plan (`event_plan`): what the event does to the step, `lifecycle.advance`'s answer copied
+   onto the row, its audit links hashed, the caller's rows (its envelope, its attempt, its
+   decision) and the domain events, nothing written yet;
+3. the writer (`plan_write`), the one writer of Step rows: on PostgreSQL one statement for the
+   step, its links, the rows, the events and the consumers' folds (`modelsql`); elsewhere
+   `save()` of the same instances and `events.event_emit`. All in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -13,21 +20,23 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import Q, prefetch_related_objects
+from django.utils import timezone
 
 from accounts.models import Team
 
-from . import lifecycle
-from .audit import audit_append, audit_link
+from . import lifecycle, modelsql
+from .audit import audit_link
 from .errors import StepNotFound, ToolLimitReached, ToolMismatch
-from .events import event_emit
+from .events import Consumer, DomainEvent, Fold, consumers, event_emit, folder_of
 from .lifecycle import HELD, Outcome, Snapshot
-from .models import AuditEvent, ErrorCode, Step, Tool
-from .presenters import step_representation
+from .models import Attempt, AuditEvent, Decision, Envelope, ErrorCode, ProposedInput, Step, Tool
+from .presenters import decisions_prefetch, step_representation
+from .proposal import proposal_from_rows, proposal_remember
 
 AGENT = "agent"
 SYSTEM = "system"
@@ -43,8 +52,6 @@ def tool_get_or_register(*, team: Team, name: str) -> Tool:
     except IntegrityError:
         return Tool.objects.get(team=team, name=name)
 
-
-DEFAULT_MAX_TOOLS_PER_TEAM = 500
 
 
 def tool_auto_register(*, team: Team, name: str) -> Tool:
@@ -72,19 +79,6 @@ def tool_auto_register(*, team: Team, name: str) -> Tool:
         return Tool.objects.get(team=team, name=name)
 
 
-def lock_step(team: Team, operation_ref: str, *, joined: bool = True) -> Step | None:
-    """The team's step of that ref, locked for this transaction (None: no such step).
-
-    (team, operation_ref) is unique: a slice, not `.first()`, which would order by pk.
-    `joined=False` skips the join of the tool and the last envelope (the ingest path has its
-    own copy of the tool and, but for an ignored envelope, replaces the last envelope): on the
-    hot path, compiling the joined columns cost more CPU than the query itself."""
-    steps = Step.objects.select_for_update(of=("self",)).filter(team=team, operation_ref=operation_ref)
-    if joined:
-        steps = steps.select_related("tool", "last_envelope")
-    return next(iter(steps[:1]), None)
-
-
 def mark_without_decisions(step: Step) -> None:
     """The step has no decisions (created in this transaction, or read with a check that it has
     none): what reads its decisions gets an empty list without a query."""
@@ -93,10 +87,9 @@ def mark_without_decisions(step: Step) -> None:
 
 @functools.cache
 def _no_decisions() -> Any:
-    """An empty queryset of decisions, built once, known empty (iterating it compiles nothing).
-    Built per step it cost a filtered queryset each time (`step.decisions.none()`), ~5 % of an
-    ingest's CPU (issue 14's profile)."""
-    none = Step._meta.get_field("decisions").related_model._default_manager.none()  # type: ignore[union-attr]
+    """An empty queryset of decisions, built once, known empty (iterating it compiles nothing):
+    built per step, `step.decisions.none()` cost a filtered queryset each time."""
+    none = Decision.objects.none()
     none._result_cache = []
     return none
 
@@ -105,15 +98,196 @@ def code_is_documented(*, tool: Tool, code: str) -> bool:
     return ErrorCode.objects.filter(Q(tool=tool) | Q(tool__isnull=True), team_id=tool.team_id, code=code).exists()
 
 
-# --- applying the machine ------------------------------------------------------------------------
+# --- the step's context: one read ----------------------------------------------------------------
 
 
 @dataclass
-class Applied:
+class StepContext:
+    """What an event is applied to: the team's step `operation_ref` locked for this transaction
+    (None: no such step yet) and its tool, the caller's fresh copy with its circuit state (None:
+    the caller names none). `new_step_id` numbers the step the event may create; `envelope_id`
+    the envelope an ingest stores; `documented`: whether the ingest's code is in the catalog."""
+
+    team: Team | None  # needed for a new step only
+    tool: Tool | None
+    step: Step | None
+    operation_ref: str = ""
+    new_step_id: int | None = None
+    envelope_id: int | None = None
+    documented: bool = True
+
+
+class ToolUnknown(Exception):
+    """The team has no tool of this name yet: the caller leaves its transaction (nothing written),
+    registers the tool in one of its own (`tool_auto_register` locks the team row, which must not
+    be held while the step is written: the step's INSERT checks its team key) and runs again."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def step_context(
+    *, team: Team, tool_name: str, operation_ref: str, code: str | None = None, ingest: bool = False
+) -> StepContext | None:
+    """The context of an ingest (`ingest`: with the envelope's id and whether `code` is
+    documented) or of an attempt request, in the caller's transaction; None when the team has
+    no tool `tool_name` (the caller registers it and asks again). The step comes with its last
+    envelope, its tool, its decisions (or the knowledge that it has none) and its proposal, as
+    the answer reads them."""
+    if connection.vendor == "postgresql":
+        return _context_read(team, tool_name, operation_ref, code if ingest else None, ingest)
+    tool = next(iter(Tool.objects.filter(team=team, name=tool_name)[:1]), None)
+    if tool is None:
+        return None
+    step = lock_step(team, operation_ref)
+    return StepContext(
+        team=team,
+        tool=tool,
+        step=step,
+        operation_ref=operation_ref,
+        new_step_id=modelsql.next_id(Step) if step is None else None,
+        documented=ingest and bool(code) and code_is_documented(tool=tool, code=code or ""),
+    )
+
+
+def lock_step(team: Team, operation_ref: str) -> Step | None:
+    """The team's step of that ref, locked for this transaction, with its tool and last envelope
+    (None: no such step). (team, operation_ref) is unique: a slice, not `.first()`, which would
+    order by pk."""
+    steps = Step.objects.select_for_update(of=("self",)).filter(team=team, operation_ref=operation_ref)
+    return next(iter(steps.select_related("tool", "last_envelope")[:1]), None)
+
+
+def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | None, ingest: bool) -> StepContext | None:
+    """`_context_sql`'s one read. A statement that waited for the step's lock reads the step as
+    the other transaction committed it, but every row it joins (the last envelope, the attempts,
+    the decisions) as its snapshot saw them before the wait: stale, and the step would be written
+    back with them. The read says when the step it locked is newer than its snapshot, and then
+    reads again, the lock ours and its snapshot taken after the other transaction's commit."""
+    params = {"team": team.pk, "tool": tool_name, "ref": operation_ref, "code": code or ""}
+    row = modelsql.fetchone_bound(_context_sql(ingest), params)
+    if row is not None and row[_WAITED]:
+        row = modelsql.fetchone_bound(_context_sql(ingest), params)
+    if row is None:
+        return None
+    at = _WAITED + 1
+    tool: Tool = modelsql.from_row(Tool, row[at:])
+    at += len(modelsql.column_fields(Tool))
+    documented, new_step_id, envelope_id, has_decisions = row[at : at + 4]
+    at += 4
+    attempt_row = row[at : at + len(modelsql.column_fields(Attempt))]
+    at += len(modelsql.column_fields(Attempt))
+    refused_row = row[at : at + len(modelsql.column_fields(ProposedInput))]
+    at += len(modelsql.column_fields(ProposedInput))
+    envelope_row = row[at : at + len(modelsql.column_fields(Envelope))]
+    at += len(modelsql.column_fields(Envelope))
+    step: Step | None = None
+    if row[at] is not None:
+        step = modelsql.from_row(Step, row[at:])
+        step.team = team  # its tool: the context's, once event_plan checked it is the step's
+        if envelope_row[0] is not None:
+            step.last_envelope = modelsql.from_row(Envelope, envelope_row)
+        if has_decisions:
+            prefetch_related_objects([step], decisions_prefetch())
+        else:  # no decisions to read: the answer need not ask
+            mark_without_decisions(step)
+        # proposal.proposal_of, from the rows read above (one rule: proposal.proposal_from_rows).
+        attempt = modelsql.from_row(Attempt, attempt_row) if attempt_row[0] is not None else None
+        refused = modelsql.from_row(ProposedInput, refused_row) if refused_row[0] is not None else None
+        proposal_remember(step, proposal_from_rows(step, attempt=attempt, refused=refused))
+    return StepContext(
+        team=team,
+        tool=tool,
+        step=step,
+        operation_ref=operation_ref,
+        new_step_id=new_step_id,
+        envelope_id=envelope_id,
+        documented=bool(documented),
+    )
+
+
+_WAITED = 0  # the context row's first column
+
+# Whether the step row's version (its xmin, 32 bits) was committed by another transaction after
+# the statement's snapshot was taken: it was locked after waiting for its writer. The xmin is
+# widened to 64 bits by its signed distance to the snapshot's xmax (live xids are within 2^31 of
+# it; a frozen one may read as newer, which only costs a second read); this transaction's own
+# versions are in progress, not committed.
+_XMAX = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+_XMIN = (
+    f"(({_XMAX} - ((({_XMAX} % 4294967296) - s.xmin::text::bigint + 2147483648) % 4294967296 - 2147483648))"
+    "::text::xid8)"
+)
+_NEWER_THAN_SNAPSHOT = (
+    f"(NOT pg_visible_in_snapshot({_XMIN}, pg_current_snapshot()) AND pg_xact_status({_XMIN}) = 'committed')"
+)
+
+
+@functools.cache
+def _context_sql(ingest: bool) -> str:
+    """Whether the step was locked after a wait (see `_context_read`), the tool, for an envelope
+    whether its code is documented, the new rows' ids, the step locked FOR UPDATE with whether it
+    has decisions, what its proposal reads (the latest attempt,
+    or the refused input the binding names: proposal.proposal_of) and its last envelope."""
+    step_fk = Decision._meta.get_field("step").column
+    q, table = modelsql.quote, modelsql.table
+    step_id = f"s.{q('id')}"
+    # The tool's own code or a team-wide one: two lookups, each on its partial unique index.
+    codes = table(ErrorCode)
+    documented = (
+        f"(EXISTS (SELECT 1 FROM {codes} c WHERE c.{q('tool_id')} = t.{q('id')} AND c.{q('code')} = %(code)s "  # noqa: S608
+        f"AND c.{q('team_id')} = %(team)s) "
+        f"OR EXISTS (SELECT 1 FROM {codes} c WHERE c.{q('team_id')} = %(team)s AND c.{q('code')} = %(code)s "
+        f"AND c.{q('tool_id')} IS NULL))"
+        if ingest
+        else "true"
+    )
+    envelope_id = f"nextval({modelsql.sequence(Envelope)})" if ingest else "NULL::bigint"
+    same_step = f"{q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s"
+    return (
+        f"SELECT {step_id} IS NOT NULL AND {_NEWER_THAN_SNAPSHOT}, "  # noqa: S608
+        f"{modelsql.select_list(Tool, 't')}, {documented}, "
+        f"CASE WHEN {step_id} IS NULL THEN nextval({modelsql.sequence(Step)}) END, "
+        f"{envelope_id}, "
+        f"{step_id} IS NOT NULL AND EXISTS (SELECT 1 FROM {table(Decision)} d "
+        f"WHERE d.{q(step_fk)} = {step_id}), "
+        f"{modelsql.select_list(Attempt, 'a')}, {modelsql.select_list(ProposedInput, 'p')}, "
+        f"{modelsql.select_list(Envelope, 'e')}, "
+        f"{modelsql.select_list(Step, 's')} "
+        f"FROM {table(Tool)} t LEFT JOIN LATERAL ("
+        f"SELECT *, xmin FROM {table(Step)} WHERE {same_step} FOR UPDATE) s ON true "
+        f"LEFT JOIN LATERAL (SELECT * FROM {table(Attempt)} WHERE {q('step_id')} = {step_id} "
+        f"AND s.{q('last_fingerprint')} <> '' ORDER BY {q('number')} DESC LIMIT 1) a ON true "
+        f"LEFT JOIN LATERAL (SELECT * FROM {table(ProposedInput)} WHERE {q('step_id')} = {step_id} "
+        f"AND s.{q('approval_fingerprint')} NOT IN ('', s.{q('last_fingerprint')}) "
+        f"AND {q('fingerprint')} = s.{q('approval_fingerprint')} ORDER BY {q('id')} DESC LIMIT 1) p ON true "
+        f"LEFT JOIN {table(Envelope)} e ON e.{q('id')} = s.{q('last_envelope_id')} "
+        f"WHERE t.{q('team_id')} = %(team)s AND t.{q('name')} = %(tool)s"
+    )
+
+
+# --- the plan: what an event does to a step ------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What applying an event does, nothing written yet: the step (new, or as locked) with the
+    machine's answer copied onto it, its audit links (hashed, unsaved), the caller's rows of the
+    same change, and the domain events (`step.state_changed` when the outcome changed, then the
+    caller's: `announce`). `plan_write` writes it."""
+
     step: Step | None  # None: the event was refused before any step existed
     outcome: Outcome
+    cause: str = ""
+    now: datetime | None = None
     created: bool = False
     audit_events: list[AuditEvent] = field(default_factory=list)
+    rows: list[models.Model] = field(default_factory=list)
+    announce: list[tuple[str, Callable[[], dict[str, Any]]]] = field(default_factory=list)
+    changed: bool = False  # something of the step row changed besides its timer column
+    due_at_changed: bool = False
+    step_shape: dict[str, Any] | None = None  # the step as its state_changed event carried it
 
 
 def copy_snapshot(step: Step, after: Snapshot) -> None:
@@ -141,15 +315,13 @@ def record(
     actor: str,
     cause: str,
     now: datetime,
-    data: dict[str, Any] | None = None,
-    append: Callable[..., AuditEvent] = audit_append,
+    data: dict[str, Any] | None,
 ) -> list[AuditEvent]:
-    """Audit the refusal and the transition an outcome carries (`append`: `audit_link` builds
-    the links without saving them, for `event_plan`)."""
+    """The audit links of the refusal and the transition an outcome carries (hashed, unsaved)."""
     events = []
     if outcome.refusal:
         events.append(
-            append(
+            audit_link(
                 holder=step,
                 kind=AuditEvent.Kind.REFUSAL,
                 actor=actor,
@@ -167,7 +339,7 @@ def record(
         if before.state != outcome.after.state:
             step.state_entered_at = now
         events.append(
-            append(
+            audit_link(
                 holder=step,
                 kind=AuditEvent.Kind.TRANSITION,
                 actor=actor,
@@ -182,136 +354,40 @@ def record(
     return events
 
 
-# What a caller may change on a step that `apply_event` inserted in the same transaction: the
-# audit links advance its chain head, the ingest points it at its envelope.
-CHANGED_AFTER_INSERT = ("audit_seq", "audit_head", "last_envelope", "updated_at", "version")
-
-
-def step_save(step: Step, now: datetime, *, created: bool = False) -> None:
-    """Save the step with its version bumped. `created`: it was inserted in this transaction,
-    so only CHANGED_AFTER_INSERT can differ from its row (an UPDATE of five columns, not all)."""
-    step.updated_at = now
-    step.version += 1
-    step.save(update_fields=CHANGED_AFTER_INSERT if created else None)
-
-
-def emit_state_changed(step: Step, cause: str) -> None:
-    event_emit(
-        team_id=step.team_id,
-        event_type="step.state_changed",
-        data=lambda: {"step": step_representation(step), "cause": cause},
-        step_id=step.pk,
-    )
-
-
-def apply_event(
+def event_plan(
     *,
-    event: lifecycle.Event,
+    context: StepContext,
+    event: lifecycle.Event | None,
     actor: str,
     cause: str,
     now: datetime,
-    step: Step | None = None,
-    team: Team | None = None,
-    tool: Tool | None = None,
-    operation_ref: str = "",
     must_exist: bool = False,
     correlation_id: str = "",
     run_id: str = "",
     data: dict[str, Any] | None = None,
-    before_save: Callable[[Applied], bool] | None = None,
-) -> Applied:
-    """Apply one event to one step: lock, snapshot, advance, copy, audit, save, emit.
-
-    The step is `step`, already locked by the caller (a decision first checks what the reviewer
-    saw, a timer locks with skip_locked), or else the team's step `operation_ref`, locked here:
-    created when the event may create one (`tool` is then needed), StepNotFound when
-    `must_exist`. A `tool` must be the step's (else ToolMismatch); it is the caller's fresh copy,
-    with its circuit state. `data` goes into the audit links. `before_save(applied)` writes the
-    caller's rows of the same change (its envelope, its attempt) before the step is saved and
-    answers whether it changed the step row itself. The step is saved when anything of it
-    changed, and `step.state_changed` is emitted when its state or reason did.
-    """
+    links: Callable[[Step], list[AuditEvent]] | None = None,
+) -> Plan:
+    """What `event` does to the context's step: the machine asked, its answer copied, the ids
+    filled, the audit links built. The step is the context's (locked), or else a new one
+    numbered `context.new_step_id` when the event creates one (StepNotFound when `must_exist`).
+    A context `tool` must be the step's (else ToolMismatch). `links(step)` builds the caller's
+    own audit links, before the machine's (a decision's). `event` None: no act for the machine
+    (a decision not final yet), only the caller's links and rows."""
+    step, tool = context.step, context.tool
     created = False
     if step is None:
-        assert team is not None, "apply_event needs a locked step, or a team and an operation_ref"
-        step = lock_step(team, operation_ref, joined=tool is None)
-        if step is None:
-            if must_exist or tool is None:
-                raise StepNotFound(f"No step {operation_ref!r} in this team.")
-            before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
-            outcome = lifecycle.advance(before, event, now)
-            if outcome.after.state is None:
-                return Applied(step=None, outcome=outcome)  # refused before any step existed
-            step = _step_insert(team, tool, operation_ref, outcome.after, now, correlation_id, run_id)
-            if step is None:
-                # Another request created it first: apply the event to that step instead.
-                step = lock_step(team, operation_ref, joined=False)
-                assert step is not None
-            else:
-                created = True
-    if created:
-        mark_without_decisions(step)
-    else:
-        if tool is not None:
-            if step.tool_id != tool.pk:
-                raise ToolMismatch(
-                    f"Step {step.operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}."
-                )
-            step.tool = tool
-        before = step.snapshot()
-        outcome = lifecycle.advance(before, event, now)
-    due_at = step.due_at
-    copy_snapshot(step, outcome.after)
-    filled = False
-    if not step.correlation_id and correlation_id:
-        step.correlation_id, filled = correlation_id, True
-    if not step.run_id and run_id:
-        step.run_id, filled = run_id, True
-    applied = Applied(step=step, outcome=outcome, created=created)
-    applied.audit_events = record(step, before, outcome, actor=actor, cause=cause, now=now, data=data)
-    touched = before_save(applied) if before_save is not None else False
-    if created or applied.audit_events or touched or filled or outcome.after != before:
-        step_save(step, now, created=created)
-    elif step.due_at != due_at:
-        step.save(update_fields=["due_at"])  # a stale timer column: no change of the step to announce
-    if outcome.changed:
-        emit_state_changed(step, cause)
-    return applied
-
-
-def event_plan(
-    *,
-    event: lifecycle.Event,
-    actor: str,
-    cause: str,
-    now: datetime,
-    team: Team,
-    tool: Tool,
-    operation_ref: str,
-    step: Step | None,
-    new_step_id: int | None,
-    correlation_id: str = "",
-    run_id: str = "",
-    data: dict[str, Any] | None = None,
-) -> Applied | None:
-    """`apply_event`'s work without its writes, for a caller that writes the rows of the change
-    itself in fewer round trips (envelopes.hot, the ingest's hot path): the step is `step`,
-    locked by the caller, or else a new one numbered `new_step_id` (None: the event creates no
-    step). Asks the machine, copies its answer, fills the ids, builds the audit links (hashed,
-    unsaved: `applied.audit_events`). The caller then writes its own rows, saves the step with
-    `step_save`'s changes (an INSERT when `applied.created`), the links, and, when
-    `outcome.changed`, `step.state_changed`, all in its transaction."""
-    created = step is None
-    if step is None:
+        if must_exist or tool is None or event is None:
+            raise StepNotFound(f"No step {context.operation_ref!r} in this team.")
         before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
         outcome = lifecycle.advance(before, event, now)
         if outcome.after.state is None:
-            return None
+            return Plan(step=None, outcome=outcome, cause=cause, now=now)  # refused before any step existed
+        assert context.team is not None and context.new_step_id is not None, "a new step needs its team and number"
         step = Step(
-            id=new_step_id,
-            team=team,
+            id=context.new_step_id,
+            team=context.team,
             tool=tool,
-            operation_ref=operation_ref,
+            operation_ref=context.operation_ref,
             correlation_id=correlation_id,
             run_id=run_id,
             state=outcome.after.state.value,
@@ -321,45 +397,197 @@ def event_plan(
             state_entered_at=now,
         )
         mark_without_decisions(step)
+        created = True
     else:
-        if step.tool_id != tool.pk:
-            raise ToolMismatch(f"Step {step.operation_ref!r} belongs to another tool, not {tool.name!r}.")
-        step.tool = tool
+        if tool is not None:
+            if step.tool_id != tool.pk:
+                raise ToolMismatch(
+                    f"Step {step.operation_ref!r} belongs to tool {step.tool.name!r}, not {tool.name!r}."
+                )
+            step.tool = tool
         before = step.snapshot()
-        outcome = lifecycle.advance(before, event, now)
+        outcome = lifecycle.advance(before, event, now) if event is not None else Outcome(after=before, changed=False)
+    own = links(step) if links is not None else []  # the caller's links see the step as it was
+    due_at = step.due_at
     copy_snapshot(step, outcome.after)
+    filled = False
     if not step.correlation_id and correlation_id:
-        step.correlation_id = correlation_id
+        step.correlation_id, filled = correlation_id, True
     if not step.run_id and run_id:
-        step.run_id = run_id
-    applied = Applied(step=step, outcome=outcome, created=created)
-    applied.audit_events = record(
-        step, before, outcome, actor=actor, cause=cause, now=now, data=data, append=audit_link
-    )
-    return applied
+        step.run_id, filled = run_id, True
+    plan = Plan(step=step, outcome=outcome, cause=cause, now=now, created=created)
+    plan.audit_events = [*own, *record(step, before, outcome, actor=actor, cause=cause, now=now, data=data)]
+    plan.changed = created or bool(plan.audit_events) or filled or outcome.after != before
+    plan.due_at_changed = step.due_at != due_at
+    return plan
 
 
-def _step_insert(
-    team: Team, tool: Tool, operation_ref: str, after: Snapshot, now: datetime, correlation_id: str, run_id: str
-) -> Step | None:
-    """Insert the step an event creates; None when another transaction inserted it first."""
-    assert after.state is not None
-    step = Step(
-        team=team,
-        tool=tool,
-        operation_ref=operation_ref,
+# --- the writer: the one writer of Step rows -----------------------------------------------------
+
+
+def plan_write(plan: Plan) -> dict[str, Any] | None:
+    """Write a plan in the caller's transaction: the step with its version bumped when anything
+    of it changed (an INSERT when it is new; only its timer column when only that is stale), its
+    audit links, the caller's rows, and its domain events, each handed to the consumers as
+    `events.event_emit` hands them. On PostgreSQL all of it is one statement, in which the
+    consumers that offer a fold (`events.folder_of`) do their work; the others are called after
+    it. Elsewhere, `save()` of the same instances. Returns the step's shape its
+    `step.state_changed` carried (None: no such event), which the answer reuses: the step does
+    not change after this."""
+    step = plan.step
+    if step is None:
+        return None
+    write = plan.changed or bool(plan.rows)
+    if write:
+        step.updated_at = plan.now or timezone.now()
+        step.version += 1
+    emitted: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    if plan.outcome.changed:
+        emitted.append(("step.state_changed", lambda: {"step": step_representation(step), "cause": plan.cause}))
+    emitted += plan.announce
+    rows = [row for row in [*plan.rows, *plan.audit_events] if row._state.adding]
+    if connection.vendor != "postgresql":
+        for row in plan.rows:
+            if row._state.adding:
+                row.save(force_insert=True)
+        if write:
+            step.save(force_insert=step._state.adding)
+        elif plan.due_at_changed:
+            step.save(update_fields=["due_at"])  # a stale timer column: no change of the step to announce
+        for link in plan.audit_events:
+            link.save(force_insert=True)
+        shape = None
+        for event_type, data in emitted:
+            body = data()
+            shape = body["step"] if event_type == "step.state_changed" else shape
+            event_emit(team_id=step.team_id, event_type=event_type, data=body, step_id=step.pk)
+        plan.step_shape = shape
+        return shape
+    statements = []
+    if write:
+        statements.append(modelsql.insert(step) if step._state.adding else modelsql.update(step))
+    elif plan.due_at_changed:
+        statements.append(modelsql.update(step, ("due_at",)))
+    statements += [modelsql.insert(row) for row in rows]
+    folds: list[Fold] = []
+    called: list[tuple[Consumer, dict[str, Any]]] = []
+    shape = None
+    events = []
+    for event_type, data in emitted:
+        body = data()
+        shape = body["step"] if event_type == "step.state_changed" else shape
+        event = DomainEvent(
+            team_id=step.team_id,
+            type=event_type,
+            step_id=step.pk,
+            tool=step.tool.name,
+            data=body,
+            created_at=timezone.now(),
+        )
+        events.append(event)
+        statements.append(modelsql.insert(event))
+        handed: dict[str, Any] = {"team_id": step.team_id, "event_type": event_type, "data": body, "step_id": step.pk}
+        for consumer in consumers():
+            folder = folder_of(consumer)
+            fold = folder(**handed) if folder else None
+            if fold is None:
+                called.append((consumer, handed))
+            else:
+                folds.append(fold)
+    if not statements:
+        return None
+    if folds:
+        counts = modelsql.fetchone_bound(*modelsql.combined(statements, [(f.sql, f.params) for f in folds]))
+    else:
+        counts = ()
+        modelsql.execute_bound(*modelsql.combined(statements))
+    modelsql.mark_saved(step, *rows, *events)
+    for fold, count in zip(folds, counts or (), strict=True):  # one count per fold
+        fold.written(count)
+    for consumer, handed in called:
+        consumer(**handed)
+    plan.step_shape = shape
+    return shape
+
+
+# --- applying an event: context, plan, write -----------------------------------------------------
+
+
+def apply_event(
+    *,
+    event: lifecycle.Event | None,
+    actor: str,
+    cause: str,
+    now: datetime,
+    step: Step | None = None,
+    context: StepContext | None = None,
+    team: Team | None = None,
+    tool: Tool | None = None,
+    operation_ref: str = "",
+    must_exist: bool = False,
+    correlation_id: str = "",
+    run_id: str = "",
+    data: dict[str, Any] | None = None,
+    links: Callable[[Step], list[AuditEvent]] | None = None,
+    rows: Callable[[Plan], list[models.Model]] | None = None,
+    announce: Callable[[Plan], list[tuple[str, Callable[[], dict[str, Any]]]]] | None = None,
+) -> Plan:
+    """Apply one event to one step: its context, `event_plan`, `plan_write`.
+
+    The context is `context` (read by the caller: `step_context`), or `step`, already locked by
+    the caller (a decision first checks what the reviewer saw, a timer locks with skip_locked),
+    or else the team's step `operation_ref`, locked here; created when the event may create one
+    (`tool` is then needed), StepNotFound when `must_exist`. A `tool` is the caller's fresh copy,
+    with its circuit state, and must be the step's (else ToolMismatch). `data` goes into the
+    machine's audit links, `links(step)` builds the caller's own before them. `rows(plan)`: the
+    caller's rows of the same change (its envelope, its attempt), unsaved; `announce(plan)`: its
+    domain events, after `step.state_changed`. A step created by another transaction meanwhile
+    raises IntegrityError from the write: the caller runs again (`on_step_race`)."""
+    if context is None:
+        if step is None:
+            assert team is not None, "apply_event needs a locked step, or a team and an operation_ref"
+            step = lock_step(team, operation_ref)
+            new_step_id = modelsql.next_id(Step) if step is None and tool is not None and not must_exist else None
+            context = StepContext(team=team, tool=tool, step=step, operation_ref=operation_ref, new_step_id=new_step_id)
+        else:
+            context = StepContext(team=team, tool=tool, step=step, operation_ref=step.operation_ref)
+    plan = event_plan(
+        context=context,
+        event=event,
+        actor=actor,
+        cause=cause,
+        now=now,
+        must_exist=must_exist,
         correlation_id=correlation_id,
         run_id=run_id,
-        state=after.state.value,
-        reason=after.reason,
-        created_at=now,
-        updated_at=now,
-        state_entered_at=now,
+        data=data,
+        links=links,
     )
-    copy_snapshot(step, after)
+    if plan.step is not None:
+        if rows is not None:
+            plan.rows += rows(plan)
+        if announce is not None:
+            plan.announce += announce(plan)
+    plan_write(plan)
+    return plan
+
+
+T = TypeVar("T")
+
+
+def on_step_race(work: Callable[[], T], *, team: Team | None = None) -> T:
+    """Run `work` in a transaction of its own, and once more if another transaction created the
+    step it creates first (its INSERT's IntegrityError): the second run finds that step. A
+    `ToolUnknown` registers the tool for `team` between two runs."""
     try:
-        with transaction.atomic():
-            step.save(force_insert=True)
+        try:
+            with transaction.atomic():
+                return work()
+        except ToolUnknown as unknown:
+            assert team is not None, "a work that names tools needs its team"
+            tool_auto_register(team=team, name=unknown.name)
+            with transaction.atomic():
+                return work()
     except IntegrityError:
-        return None
-    return step
+        with transaction.atomic():
+            return work()

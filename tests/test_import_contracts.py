@@ -175,13 +175,13 @@ def test_a_paid_debt_fails_until_its_ignore_is_deleted(tmp_path: Path) -> None:
     # lint-imports fails on the stale entry, so the list of debts stays the list of debts.
     tree = copy_project(tmp_path)
     auth = tree / "accounts" / "auth.py"
-    assert "from envelopes import hot_sql\n" in auth.read_text()
-    auth.write_text(auth.read_text().replace("from envelopes import hot_sql\n", ""))
+    assert "from envelopes import modelsql\n" in auth.read_text()
+    auth.write_text(auth.read_text().replace("from envelopes import modelsql\n", ""))
 
     result = lint_imports(tree, "accounts-at-the-bottom")
 
     assert result.returncode != 0, result.stdout
-    assert "No matches for ignored import accounts.auth -> envelopes.hot_sql" in result.stdout + result.stderr
+    assert "No matches for ignored import accounts.auth -> envelopes.modelsql" in result.stdout + result.stderr
 
 
 def test_no_app_loads_a_project_module_by_a_literal_name() -> None:

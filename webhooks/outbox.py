@@ -18,7 +18,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.utils import timezone
 
-from envelopes import hot_sql
+from envelopes import modelsql
 from envelopes.after_response import on_commit_later
 from envelopes.events import Fold
 from envelopes.rfc3339 import rfc3339
@@ -57,7 +57,7 @@ def event_emit(
 def _run(fold: Fold) -> int:
     """The fold's statement on its own; how many messages it wrote (one row returned each)."""
     if connection.vendor == "postgresql":
-        return hot_sql.execute_bound(fold.sql, fold.params)  # a prepared statement (envelopes.hot_sql)
+        return modelsql.execute_bound(fold.sql, fold.params)  # a prepared statement (envelopes.modelsql)
     with connection.cursor() as cursor:  # SQLite counts RETURNING's rows only once they are read
         cursor.execute(fold.sql, fold.params)
         return len(cursor.fetchall())
@@ -127,7 +127,7 @@ def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: 
     PostgreSQL writer runs inside the statement that writes the event, and `event_emit` runs
     on its own: the same messages either way."""
     sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
-    return Fold(*hot_sql.positional(sql, params), written=_queued)
+    return Fold(*modelsql.positional(sql, params), written=_queued)
 
 
 def _queued(count: int) -> None:

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 def test_a_worker_whose_connections_postgresql_closed_answers_every_call() -> None:
     created = api_key_create(team=team_create(slug="acme"), name="agent")
     # No CACHE_URL: each call's first statement is the key's read, one of the hot statements
-    # (envelopes/hot_sql.py), which had skipped the check.
+    # (envelopes/modelsql.py), which had skipped the check.
     env = base_environment(worker.test_database_url(), HOLDPOINT_HTTPS="false")
     headers = {"Authorization": f"Bearer {created.raw}"}
     with gunicorn(env, workers=2) as url:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.services import DecisionRefused, step_decide
@@ -166,4 +168,74 @@ def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outco
     assert results[0] == "step_closed"
     lapses = AuditEvent.objects.filter(step=step, kind="transition", reason="approval_expired")
     assert lapses.count() == 1
+    assert audit_verify() == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
+def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
+    """A statement that waits for a row lock reads the locked row as the other transaction left
+    it, but the rows it joins as they were before the wait: the step's context must not write
+    back a stale join (the attempt once wrote `last_envelope_id = NULL` here)."""
+    ref = "race/lock-wait"
+    services.attempt_request(team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("a"))
+    services.envelope_ingest(
+        team=team, payload=error_envelope(operation_ref=ref), dialect="canonical", raw_body=b"{}"
+    )  # needs_input: a fixed input may be tried
+    locked, done = threading.Event(), threading.Event()
+    written: dict[str, Any] = {}
+
+    def holder() -> None:
+        from django.db import transaction
+
+        try:
+            with transaction.atomic():
+                Step.objects.select_for_update().get(operation_ref=ref)
+                locked.set()
+                with connection.cursor() as cursor:  # until the other one waits for this lock
+                    for _ in range(200):
+                        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else one snapshot per transaction
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND datname = current_database()"
+                        )
+                        written["waited"] = cursor.fetchone()[0] > 0
+                        if written["waited"]:
+                            break
+                        time.sleep(0.05)
+                answer = services.envelope_ingest(
+                    team=team,
+                    payload=error_envelope(operation_ref=ref, agent_message="the newest envelope"),
+                    dialect="canonical",
+                    raw_body=b"{}",
+                )
+                written["envelope_id"] = answer.envelope.pk
+        finally:
+            done.set()
+            connection.close()
+
+    def waiter() -> Any:
+        assert locked.wait(10)
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                grant = services.attempt_request(
+                    team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
+                )
+            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
+            return grant
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    results = run_together([waiter])
+    thread.join(timeout=60)
+    assert done.is_set() and written["waited"]
+    (grant,) = results
+    assert not isinstance(grant, Exception), grant
+    step = Step.objects.get(operation_ref=ref)
+    assert step.last_envelope_id == written["envelope_id"]
+    assert grant.step.last_envelope.pk == written["envelope_id"]  # the answer read it after the wait
+    assert step.attempts == 2
+    if connection.vendor == "postgresql":  # the context read saw it waited, and read again after the wait
+        assert len(written["reads"]) == 2, written["reads"]
     assert audit_verify() == []

@@ -1,5 +1,5 @@
-"""Issue 14: the ingest's round trips are pinned, and its hot path (envelopes.hot) writes exactly
-what the service (envelopes.services.envelope_ingest) writes.
+"""Issue 14: the ingest's round trips are pinned (issue 24: on its one write path, the service's
+plan written by `transitions.plan_write`).
 
 The counts are of SQL statements through the API door, key lookup included; a test runs inside
 a transaction, so the request's BEGIN and COMMIT are a SAVEPOINT and its RELEASE here, and
@@ -8,7 +8,6 @@ count the same."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,20 +16,19 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Team
-from envelopes import hot, services
-from envelopes.audit import audit_verify
+from envelopes import services
 from envelopes.events import DomainEvent
-from envelopes.models import AuditEvent, Envelope, Step
+from envelopes.models import Step
 from envelopes.presenters import step_representation
 from envelopes.transitions import tool_get_or_register
-from tests.conftest import AgentClient, error_envelope, success_envelope, unknown_outcome
-from tests.perf.rows import door, stable_row, stable_shape
+from tests.conftest import AgentClient, error_envelope, success_envelope
+from tests.perf.rows import door
 from webhooks.models import OutboxMessage
 from webhooks.services import endpoint_create
 
-# The hot path is PostgreSQL's (envelopes/hot.py); on the embedded SQLite every call takes the
-# services, whose own tests run there. CI runs these on PostgreSQL.
-pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the hot path runs on PostgreSQL only")
+# The one-statement write is PostgreSQL's (transitions.plan_write); elsewhere it saves the same
+# instances one by one. CI runs these on PostgreSQL.
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the counts are PostgreSQL's")
 
 # The issue's caps were 8 and 7, door included; the outbox folded into the write (issue 14,
 # third round) made both BEGIN, the context read, the one write and COMMIT, after the door
@@ -77,16 +75,18 @@ def test_a_repeat_ingest_is_at_most_4_statements_past_the_door(
 
 
 def test_the_counts_are_those_of_the_hot_path(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
-    """What the limits above hold down: the service alone takes more round trips."""
+    """What the limits above hold down is the service's one path: called without the API (no
+    door), it takes the same round trips."""
     agent.envelope(error_envelope(operation_ref="warm-up"))
-    with CaptureQueriesContext(connection) as hot_path:
+    with CaptureQueriesContext(connection) as through_the_api:
         agent.envelope(error_envelope(operation_ref="hot-1"))
     with CaptureQueriesContext(connection) as service:
         services.envelope_ingest(
             team=endpoint.team, payload=error_envelope(operation_ref="svc-1"), dialect="canonical", raw_body=b""
         )
 
-    assert len(hot_path) <= NEW_STEP_MAX + door() < len(service)
+    assert len(service) <= NEW_STEP_MAX
+    assert len(through_the_api) <= len(service) + door()
 
 
 def test_the_outbox_costs_no_round_trip_of_its_own(agent: AgentClient, team: Team, settings) -> None:  # type: ignore[no-untyped-def]
@@ -109,97 +109,6 @@ def test_the_outbox_costs_no_round_trip_of_its_own(agent: AgentClient, team: Tea
     assert json.loads(message.body)["data"]["step"]["operation_ref"] == "an-endpoint"
 
 
-# --- the hot path writes what the service writes ---------------------------------------------
-
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-def _written(ref: str) -> dict[str, Any]:
-    step = Step.objects.get(operation_ref=ref)
-    return {
-        "step": stable_row(step),
-        "envelopes": [stable_row(e) for e in Envelope.objects.filter(step=step).order_by("id")],
-        "audit": [stable_row(a) for a in AuditEvent.objects.filter(step=step).order_by("seq")],
-        "events": [
-            stable_shape(e.data) | {"type": e.type} for e in DomainEvent.objects.filter(step=step).order_by("id")
-        ],
-        "outbox": [
-            (m.endpoint_id, m.event_type, m.status, m.tries, stable_shape(json.loads(m.body)["data"]))
-            for m in OutboxMessage.objects.filter(step_id=step.pk).order_by("id")
-        ],
-    }
-
-
-def _answer(answer: services.IngestAnswer) -> dict[str, Any]:
-    return stable_shape(answer.as_dict())
-
-
-@pytest.mark.parametrize(
-    "bodies",
-    [
-        [error_envelope()],
-        [error_envelope(run_id="run-7", correlation_id="corr-7", safe_details={"field": "x", "password": "p"})],
-        [error_envelope(), success_envelope()],
-        [unknown_outcome(), unknown_outcome()],
-        [
-            error_envelope(code="NOT_IN_THE_CATALOG"),
-            error_envelope(
-                retry={"directive": "never", "max_attempts_remaining": 0},
-                next_action="request_approval",
-                code="AMOUNT_OVER_LIMIT",
-                category="authorization",
-            ),
-        ],
-        # The hot write's values are bound by the server, not quoted into its text: quotes,
-        # backslashes and placeholders in agent text are stored as the service stores them.
-        [
-            error_envelope(
-                agent_message="it's 100% \\ $1 %s %(x)s 'q' \"dq\" ; -- é ✓",
-                safe_details={"field": "a'b\\c %s $2 \u00e9"},
-            )
-        ],
-    ],
-    ids=["new", "new-with-ids", "then-success", "unknown-twice", "undocumented-then-held", "quotes-and-placeholders"],
-)
-def test_the_hot_path_writes_what_the_service_writes(team: Team, endpoint, bodies: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
-    tool_get_or_register(team=team, name="send_email")  # a new tool is the service's to register
-    for body in bodies:
-        hot_answer = hot.envelope_ingest(
-            team=team, payload={**body, "operation_ref": "hot"}, dialect="canonical", now=NOW
-        )
-        assert hot_answer is not None, "the common case takes the hot path"
-        service_answer = services.envelope_ingest(
-            team=team, payload={**body, "operation_ref": "svc"}, dialect="canonical", raw_body=b"", now=NOW
-        )
-        assert _answer(hot_answer) == _answer(service_answer)
-
-    assert _written("hot") == _written("svc")
-    assert audit_verify() == []
-
-
-def test_what_the_hot_path_leaves_to_the_service(team: Team) -> None:
-    """Nothing is written by the hot path for these; the service then does everything."""
-    assert hot.envelope_ingest(team=team, payload=error_envelope(), dialect="canonical") is None  # a new tool
-    services.envelope_ingest(
-        team=team, payload=error_envelope(operation_ref="first"), dialect="canonical", raw_body=b""
-    )
-    steps = Step.objects.count()
-
-    for payload, dialect in [
-        (error_envelope(code="bad code"), "canonical"),  # rejected: quarantined by the service
-        (error_envelope(scope="service"), "canonical"),  # halts the tool
-        (error_envelope(), "compact"),
-        ("not an object", "canonical"),
-    ]:
-        assert hot.envelope_ingest(team=team, payload=payload, dialect=dialect) is None
-
-    services.envelope_ingest(
-        team=team, payload=success_envelope(operation_ref="done"), dialect="canonical", raw_body=b""
-    )
-    assert hot.envelope_ingest(team=team, payload=error_envelope(operation_ref="done"), dialect="canonical") is None
-    assert Step.objects.count() == steps + 1
-
-
 def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
@@ -210,12 +119,14 @@ def _json(value: Any) -> Any:
 def test_the_hot_answer_and_its_event_carry_the_step_as_stored(
     team: Team, endpoint, bodies: list[dict[str, Any]]
 ) -> None:  # type: ignore[no-untyped-def]
-    """The hot path builds the step's shape once, for its step.state_changed event, and answers
-    with it: both must be the step as the database now holds it, every field (url, times, ids)."""
+    """The writer builds the step's shape once, for its step.state_changed event, and the answer
+    reuses it: both must be the step as the database now holds it, every field (url, times, ids)."""
     tool_get_or_register(team=team, name="send_email")
     for body in bodies:
-        answer = hot.envelope_ingest(team=team, payload={**body, "operation_ref": "hot"}, dialect="canonical")
-        assert answer is not None, "the common case takes the hot path"
+        answer = services.envelope_ingest(
+            team=team, payload={**body, "operation_ref": "hot"}, dialect="canonical", raw_body=b""
+        )
+        assert answer.step_shape is not None, "the answer reuses the event's shape"
         stored = Step.objects.select_related("tool", "last_envelope").get(operation_ref="hot")
         as_stored = _json(
             step_representation(

@@ -1,5 +1,5 @@
 """Issue 14: the agent API's hot statements are prepared, so PostgreSQL stops parsing and
-planning them on every call (envelopes/hot_sql.py), and the placeholders they are written with
+planning them on every call (envelopes/modelsql.py), and the placeholders they are written with
 become PostgreSQL's numbered ones."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db import connection
 
 from accounts import auth
 from accounts.models import Team
-from envelopes import hot_sql
+from envelopes import modelsql
 from tests.conftest import AgentClient, error_envelope, fingerprint
 from webhooks.services import endpoint_create
 
@@ -60,15 +60,15 @@ def test_no_statement_is_prepared_when_prepared_statements_are_off(agent: AgentC
 
 
 def test_placeholders_are_numbered_once_per_name() -> None:
-    text, names = hot_sql._numbered("SELECT %(a)s, %(b)s WHERE x = %(a)s")
+    text, names = modelsql._numbered("SELECT %(a)s, %(b)s WHERE x = %(a)s")
     assert (text, names) == ("SELECT $1, $2 WHERE x = $1", ("a", "b"))
-    text, names = hot_sql._numbered("INSERT INTO t (x, y) VALUES (%s, %s)")
+    text, names = modelsql._numbered("INSERT INTO t (x, y) VALUES (%s, %s)")
     assert (text, names) == ("INSERT INTO t (x, y) VALUES ($1, $2)", ("", ""))
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the hot path's writes are PostgreSQL's")
 def test_the_values_of_a_write_are_those_save_sends(agent: AgentClient, team: Team) -> None:
-    """hot_sql hands plain values to the driver unchanged (no get_db_prep_save): for every
+    """modelsql hands plain values to the driver unchanged (no get_db_prep_save): for every
     column of the rows an ingest and a grant write, what it sends is what the field would."""
     from envelopes.events import DomainEvent
     from envelopes.models import Attempt, AuditEvent, Envelope, Step
@@ -78,8 +78,8 @@ def test_the_values_of_a_write_are_those_save_sends(agent: AgentClient, team: Te
     db = connection
     for model in (Step, AuditEvent, Envelope, DomainEvent, Attempt, Team):
         for instance in model.objects.all():
-            fields = hot_sql.column_fields(model)
-            sent = hot_sql._prepared(instance, fields)
+            fields = modelsql.column_fields(model)
+            sent = modelsql._prepared(instance, fields)
             expected = [field.get_db_prep_save(getattr(instance, field.attname), connection=db) for field in fields]
             assert [_comparable(value) for value in sent] == [_comparable(value) for value in expected], model
 

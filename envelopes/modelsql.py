@@ -1,9 +1,10 @@
-"""SQL for the hot path (envelopes.hot), written once per process from the models' own fields.
+"""SQL written from the models' own fields: the text once per process, the values as `save()` sends them.
 
-Compiling a query through the ORM costs more CPU than PostgreSQL spends answering it (issue
-14's profile), so the two hot endpoints write their rows with statements whose text is built
-once from `Model._meta` and whose values go through each field's `get_db_prep_save`, exactly
-what the ORM sends for `save()`. A new column on a model is picked up with its default.
+Compiling a query through the ORM costs more CPU than PostgreSQL spends answering it, so the
+core's writer (`transitions.plan_write`), the key lookup and the Idempotency-Key's rows use
+statements whose text is built once from `Model._meta` and whose values go through each
+field's `get_db_prep_save`, exactly what the ORM sends for `save()` (tested over the core's
+models: tests/perf/test_modelsql_writes.py). A new column on a model is picked up with its default.
 """
 
 from __future__ import annotations
@@ -319,3 +320,29 @@ def mark_saved(*instances: models.Model) -> None:
     for instance in instances:
         instance._state.adding = False
         instance._state.db = DEFAULT_DB_ALIAS
+
+
+def next_id(model: type[models.Model]) -> int:
+    """A primary key for a row of `model` not written yet, from the table's own sequence (what
+    its INSERT would have taken), so that what names the row (an audit link's hash) is computed
+    before it is written: `nextval` on PostgreSQL, SQLite's `sqlite_sequence` (which numbers
+    Django's AUTOINCREMENT keys) elsewhere."""
+    db = _db()
+    if db.vendor == "postgresql":
+        row = fetchone_bound(f"SELECT nextval({sequence(model)})", [])
+        assert row is not None
+        return int(row[0])
+    assert model._meta.pk is not None
+    name, pk = model._meta.db_table, quote(model._meta.pk.column)
+    with db.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT %s, 0 "
+            "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = %s)",
+            [name, name],
+        )
+        cursor.execute(
+            f"UPDATE sqlite_sequence SET seq = max(seq, coalesce((SELECT max({pk}) FROM {table(model)}), 0)) + 1 "  # noqa: S608
+            "WHERE name = %s RETURNING seq",
+            [name],
+        )
+        return int(cursor.fetchone()[0])
