@@ -34,7 +34,8 @@ from django.core.management import call_command  # noqa: E402 (after django.setu
 from rest_framework.test import APIClient  # noqa: E402 (after django.setup())
 
 from accounts.services import api_key_create, team_create  # noqa: E402 (after django.setup())
-from envelopes import events, services, transitions  # noqa: E402 (after django.setup())
+from envelopes import events, transitions  # noqa: E402 (after django.setup())
+from envelopes.services import circuits  # noqa: E402 (after django.setup())
 from notifications.services import channel_create, channels_flush  # noqa: E402 (after django.setup())
 from webhooks import outbox  # noqa: E402 (after django.setup())
 
@@ -63,7 +64,7 @@ def body(ref: str) -> str:
 
 
 def emit_with(emit: Any) -> None:
-    services.event_emit = emit  # type: ignore[attr-defined]
+    circuits.event_emit = emit  # type: ignore[attr-defined]
     transitions.event_emit = emit  # type: ignore[attr-defined]
 
 

@@ -58,6 +58,7 @@ def instrument() -> list[tuple[str, bool]]:
     from rest_framework.request import Request
 
     from envelopes import after_response, api, auth, modelsql, schema, services, transitions
+    from envelopes.services import attempts, ingest
     from webhooks import outbox
 
     phases = [
@@ -67,10 +68,11 @@ def instrument() -> list[tuple[str, bool]]:
         (services, "envelope_ingest", "ingest: the service (BEGIN..COMMIT)", True),
         (services, "attempt_request", "grant: the service (BEGIN..COMMIT)", True),
         (api, "_attempt_request_plain", "grant: body check", True),
-        (services, "step_context", "  context read (BEGIN + 1 statement)", False),
+        (ingest, "step_context", "  context read (BEGIN + 1 statement)", False),
+        (attempts, "step_context", "  context read (BEGIN + 1 statement)", False),
         (schema, "parse_envelope", "  schema, rules, redaction", False),
         (transitions, "event_plan", "  state machine + audit hash", False),
-        (services, "envelope_build", "  envelope row built", False),
+        (ingest, "envelope_build", "  envelope row built", False),
         (transitions, "plan_write", "  the write (1 statement)", False),
         (modelsql, "insert", "    rows' values (modelsql.insert)", False),
         (modelsql, "update", "    step's values (modelsql.update)", False),

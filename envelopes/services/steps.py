@@ -1,0 +1,194 @@
+"""The acts on a step other than its envelopes and attempts: a verification report, a due
+timer, and a reviewer's decision (called by approvals.services)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import prefetch_related_objects
+from django.utils import timezone
+
+from accounts.models import Team
+
+from .. import lifecycle, modelsql
+from ..audit import audit_link
+from ..errors import StepNotFound
+from ..models import AuditEvent, Step
+from ..presenters import decision_representation, decisions_prefetch, step_representation
+from ..redaction import redact_json
+from ..rfc3339 import rfc3339
+from ..transitions import AGENT, SYSTEM, apply_event
+
+
+@dataclass(frozen=True)
+class StepAnswer:
+    step: Step
+    directive_reason: str = ""
+    directive_not_before: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        step = step_representation(
+            self.step, directive_reason=self.directive_reason, directive_not_before=self.directive_not_before
+        )
+        return {"step": step, "directive": step["directive"]}
+
+
+def verification_report(
+    *,
+    team: Team,
+    operation_ref: str,
+    outcome: str,
+    checked_at: datetime,
+    evidence_ref: str = "",
+    now: datetime | None = None,
+) -> StepAnswer:
+    """A lookup of the step's write by operation_ref (contract §3)."""
+    now = now or timezone.now()
+    data = {"outcome": outcome, "checked_at": rfc3339(checked_at)}
+    if evidence_ref:
+        # Often JSON-ish (`{"row": ..., "dsn": ...}`): redacted as decoded values, like a body.
+        data["evidence_ref"] = redact_json(evidence_ref, credential_keys=True)[0]
+    with transaction.atomic():
+        applied = apply_event(
+            team=team,
+            operation_ref=operation_ref,
+            must_exist=True,
+            event=lifecycle.VerificationReported(outcome=outcome),
+            actor=AGENT,
+            cause="verification",
+            now=now,
+            data=data,
+        )
+    assert applied.step is not None
+    return StepAnswer(
+        step=applied.step,
+        directive_reason=applied.outcome.directive_reason,
+        directive_not_before=applied.outcome.directive_not_before,
+    )
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+
+def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
+    """Fire the due timer of one step, if it is still due. True when it moved the step."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        step = (
+            Step.objects.select_related("tool")
+            .select_for_update(of=("self",), skip_locked=True)
+            .filter(pk=step_id, due_at__lte=now)
+            .first()
+        )
+        if step is None:
+            return False  # not due, gone, or another sweeper has it
+        # One timer per call: the approval's lapse first, else the state's (Snapshot.due_timer).
+        # After it, due_at is the other one's time, for a later sweep.
+        snapshot = step.snapshot()
+        timer = snapshot.due_timer(now)
+        if timer is None:
+            # A stale column: no act for the machine, the plan only sets what the step waits on now.
+            apply_event(step=step, event=None, actor=SYSTEM, cause="timer", now=now)
+            return False
+        applied = apply_event(
+            step=step,
+            event=lifecycle.TimerFired(timer=timer),
+            actor=SYSTEM,
+            cause="timer",
+            now=now,
+            data={"timer": timer},
+        )
+    return applied.outcome.changed
+
+
+def due_step_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
+    now = now or timezone.now()
+    return list(Step.objects.due(now).order_by("due_at").values_list("pk", flat=True)[:limit])
+
+
+# --- reviewer acts (called by approvals.services) ---------------------------------------------
+
+
+def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
+    step = (
+        Step.objects.select_related("tool", "last_envelope")
+        .select_for_update(of=("self",))
+        .filter(team=team, pk=step_id)
+        .first()
+    )
+    if step is None:
+        raise StepNotFound("No such step in this team.")
+    return step
+
+
+def step_decision_apply(
+    *,
+    step: Step,
+    decision: Any,
+    final: bool,
+    actor: str,
+    now: datetime,
+    edited: bool = False,
+) -> bool:
+    """A reviewer's decision (an unsaved Decision of the reviewers' app) on a step the caller
+    locked (`step_lock_for_decision`), applied as one plan: the decision's row and audit link
+    and, when it is final, the act fed to the machine, then `step.decided`. A decision that is
+    not final yet (the first of two approvals) moves nothing. An approval's `input_fingerprint`
+    is the input it approved; `edited`: a reviewer's own input, whose fingerprint the step then
+    binds (§3). True when the step moved."""
+    decision.pk = modelsql.next_id(type(decision))  # named by the audit links' hash
+    action, fingerprint = decision.action, decision.input_fingerprint or None
+    link: dict[str, Any] = {"reason": decision.reason}
+    if action == "approve":
+        link |= {"input_fingerprint": fingerprint, "edited": edited}
+    _decisions_with(step, decision)
+
+    def decision_link(step: Step) -> list[AuditEvent]:
+        return [
+            audit_link(
+                holder=step,
+                kind=AuditEvent.Kind.DECISION,
+                actor=actor,
+                before=step.state,
+                after=step.state,
+                reason=action,
+                data=link,
+                now=now,
+            )
+        ]
+
+    plan = apply_event(
+        step=step,
+        event=(
+            lifecycle.ReviewerActed(
+                action=action, fingerprint=fingerprint if edited else None, approval_ttl_s=step.tool.approval_ttl_s
+            )
+            if final
+            else None
+        ),
+        actor=actor,
+        cause="decision",
+        now=now,
+        data={"decision_id": decision.pk},
+        links=decision_link,
+        rows=lambda plan: [decision],
+        announce=lambda plan: [
+            ("step.decided", lambda: {"step": step_representation(step), "decision": decision_representation(decision)})
+        ],
+    )
+    return plan.outcome.changed
+
+
+def _decisions_with(step: Step, decision: Any) -> None:
+    """What the step's decisions read from now on: the earlier ones and this one, not written yet
+    (the events of the same write carry the step with it)."""
+    cache = getattr(step, "_prefetched_objects_cache", {})
+    if "decisions" not in cache:
+        prefetch_related_objects([step], decisions_prefetch())
+    decisions = [*step.decisions.all(), decision]  # type: ignore[attr-defined]
+    listed = type(decision)._default_manager.none()
+    listed._result_cache = decisions
+    step._prefetched_objects_cache["decisions"] = listed  # type: ignore[attr-defined]
