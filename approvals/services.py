@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -20,6 +20,9 @@ from envelopes.errors import InputInvalid, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Decision, Step, Tool
 from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
+from outbound.doorbell import doorbell_answered, doorbell_ring
+
+from .models import CancelAllRequest
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +186,9 @@ def tool_resume_by_reviewer(*, team: Team, tool: Tool, actor: User, reason: str 
 # A cancel-all of more held steps than this runs in a Celery task (approvals.tasks): a request
 # cancelling thousands of steps, one transaction each, would outlive the web worker's timeout.
 CANCEL_ALL_INLINE_LIMIT = 100
+CANCEL_ALL_TASK = "approvals.tasks.cancel_held_steps"
+# A drain claims a request for this long; a runner that died meanwhile leaves it to the next.
+CANCEL_ALL_LEASE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,8 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) 
     transition and audit link, in its own transaction that checks the halt again, so a step
     decided meanwhile by someone else is skipped and a resume part way stops the rest. The
     decision speaks for the steps held when it was made, not for steps held later. More than
-    CANCEL_ALL_INLINE_LIMIT steps are cancelled by a Celery task, queued when this commits.
+    CANCEL_ALL_INLINE_LIMIT steps are left to a task: a CancelAllRequest written in this
+    transaction, which the task rung on commit drains (beat runs it too, should the ring fail).
     """
     _require_reviewer(actor, team)
     reason = reason.strip()
@@ -216,16 +223,8 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) 
             .values_list("pk", flat=True)
         )
         if len(held_ids) > CANCEL_ALL_INLINE_LIMIT:
-            from .tasks import cancel_held_steps
-
-            task_args = {
-                "team_id": team.pk,
-                "tool_id": tool.pk,
-                "actor_id": actor.pk,
-                "reason": reason,
-                "step_ids": held_ids,
-            }
-            transaction.on_commit(lambda: cancel_held_steps.delay(**task_args))
+            CancelAllRequest.objects.create(team=team, tool=tool, actor=actor, reason=reason, step_ids=held_ids)
+            transaction.on_commit(cancel_all_ring)
             logger.info(
                 "cancel-all of %d steps of %s (team %s) by %s queued",
                 len(held_ids),
@@ -235,6 +234,50 @@ def tool_cancel_held_steps(*, team: Team, tool: Tool, actor: User, reason: str) 
             )
             return CancelHeldResult(cancelled=0, queued=len(held_ids))
     return tool_cancel_steps_while_halted(team=team, tool=tool, actor=actor, reason=reason, step_ids=held_ids)
+
+
+def cancel_all_ring() -> None:
+    """Ask a worker to drain the cancel-all requests now (outbound.doorbell). Never raises: the
+    request is committed, and beat's run of the task drains it if the broker is down."""
+    doorbell_ring(CANCEL_ALL_TASK, quiet_s=1.0)
+
+
+def cancel_all_requests_drain() -> int:
+    """Run every pending CancelAllRequest, oldest first; the steps cancelled. Each is claimed
+    under `select_for_update(skip_locked=True)` and marked done after its run, so two drains
+    never run one request, and a redelivered or repeated drain cancels nothing twice (a run cut
+    short is run again once its lease ends: every step is re-checked under its lock)."""
+    doorbell_answered(CANCEL_ALL_TASK)
+    cancelled = 0
+    while True:
+        with transaction.atomic():
+            now = timezone.now()
+            request = (
+                CancelAllRequest.objects.claimable(now)
+                .select_for_update(skip_locked=True)
+                .select_related("team", "tool", "actor")
+                .order_by("requested_at", "id")
+                .first()
+            )
+            if request is None:
+                return cancelled
+            request.claimed_until = now + CANCEL_ALL_LEASE
+            request.save(update_fields=["claimed_until"])
+        # Outside the claim's transaction: each step is cancelled in a transaction of its own.
+        try:
+            result = tool_cancel_steps_while_halted(
+                team=request.team,
+                tool=request.tool,
+                actor=request.actor,
+                reason=request.reason,
+                step_ids=list(request.step_ids),
+            )
+            done = result.cancelled
+        except PermissionError:  # the reviewer left the team since: the decision no longer stands
+            logger.warning("cancel-all %s dropped: %s is no longer a reviewer", request.pk, request.actor)
+            done = 0
+        CancelAllRequest.objects.filter(pk=request.pk).update(done_at=timezone.now(), cancelled=done)
+        cancelled += done
 
 
 def tool_cancel_steps_while_halted(

@@ -21,6 +21,7 @@ def test_every_periodic_task_is_scheduled_and_registered() -> None:
         "webhooks.tasks.purge_webhook_history",
         "notifications.tasks.notify",  # notifying reviewers (§9): reminders, escalations, batched sends
         "notifications.tasks.purge_notification_history",  # its retention
+        "approvals.tasks.cancel_held_steps",  # reviewers' cancel-alls, should the ring be lost
     }
     assert set(scheduled) <= set(app.tasks)
     assert scheduled["metrics.tasks.rollup_metrics"] == 60.0
