@@ -204,6 +204,24 @@ def test_with_the_broker_down_the_cancel_all_is_stored_and_the_task_cancels_it_o
 
 
 @pytest.mark.django_db
+def test_a_message_queued_by_the_previous_release_still_cancels_its_steps(agent: AgentClient, reviewer: Any) -> None:
+    """A message published before the deploy carries the request itself: it is stored and run."""
+    steps = halted_with_held_steps(agent, 2)
+    tool = Tool.objects.get(name="charge_card")
+    queued = {
+        "team_id": tool.team_id,
+        "tool_id": tool.pk,
+        "actor_id": reviewer.pk,
+        "reason": "provider outage",
+        "step_ids": [step.pk for step in steps],
+    }
+
+    assert cancel_held_steps(**queued) == 3
+    assert states(steps) == ["cancelled"] * 3
+    assert not CancelAllRequest.objects.pending().exists()
+
+
+@pytest.mark.django_db
 def test_a_request_claimed_by_a_running_drain_is_left_to_it(
     agent: AgentClient, reviewer: Any, monkeypatch: pytest.MonkeyPatch, rings: list[dict[str, Any]]
 ) -> None:
