@@ -151,7 +151,7 @@ _FINGERPRINT_RE = re.compile(FINGERPRINT_PATTERN)
 
 def _attempt_request_plain(data: Any) -> dict[str, Any] | None:
     """What `AttemptRequestInput` validates a common attempt body to, without building a DRF
-    serializer (its fields are deep-copied per instance: ~20 % of a grant's CPU, issue 14); None
+    serializer (its fields are deep-copied per instance, a grant's largest CPU cost); None
     for anything else, which the serializer then judges and names the errors of. Only plain
     values pass here: strings with nothing for DRF to trim, of the right length and pattern,
     no unknown field, no null, so both give the same fields

@@ -67,7 +67,7 @@ def _converters(model: type[models.Model]) -> tuple[tuple[int, Any, Any], ...]:
 def _db() -> Any:
     """The default connection itself. `django.db.connection` is a proxy that looks the connection
     up (an asgiref Local) on every attribute read: the ~80 field values of an ingest's write read
-    it several times each, which was a sixth of the hot path's CPU under cProfile."""
+    it several times each."""
     return connections[DEFAULT_DB_ALIAS]
 
 
@@ -109,7 +109,7 @@ def _update_text(model: type[models.Model], names: tuple[str, ...] | None = None
 def _prepared(instance: models.Model, fields: Sequence[models.Field[Any, Any]]) -> list[Any]:
     """Each field's value as `save()` would send it: `get_db_prep_save`, except for the plain
     values (`_as_is`) that it hands to the driver unchanged, which skip its three calls per
-    value (~6 % of an ingest's app CPU for the ~80 values of its write)."""
+    value, for the many values of one combined write."""
     db = _db()
     plain = db.vendor == "postgresql"  # elsewhere a datetime, say, is sent as text
     values = []
@@ -241,14 +241,12 @@ def _bound_cursor(
     """A cursor for one hot statement, with the text and values to give it.
 
     On PostgreSQL: a raw psycopg cursor, the `%s` / `%(name)s` placeholders numbered `$1, $2...`
-    once per statement text, the values bound by the server. Two reasons, both measured (issue
-    14): Django's cursors quote every value into the text on the client, which for the ~80
-    values of the ingest's write was 13 % of an ingest's app CPU (psycopg re-parses a statement
-    with more than 50 values on every call); and only server-bound statements can be prepared.
+    once per statement text, the values bound by the server. Two reasons: Django's cursors
+    quote every value into the text on the client (psycopg re-parses a statement with more than
+    50 values on every call); and only server-bound statements can be prepared.
     With `prepare_threshold` set on the connection (config/settings.py), psycopg prepares a
     statement the third time a connection runs it, and PostgreSQL then skips parsing and
-    planning it: for the hot path's context read, planning cost more than twice its execution
-    (pg_stat_statements: 0.74 ms against 0.35 ms a call). Django's ORM cursors bind on the
+    planning it (for the context read, planning costs more than its execution). Django's ORM cursors bind on the
     client and are never prepared, so nothing else changes.
 
     It runs through Django's cursor wrapper all the same (its errors, execute wrappers, query
@@ -272,7 +270,7 @@ def _bound_cursor(
     db.validate_thread_sharing()
     wrapper = _BoundDebugWrapper if db.queries_logged else CursorWrapper
     # Not closed on the way out: the connection's one raw cursor serves every hot statement
-    # (building a psycopg cursor copies the connection's adapters: ~2 % of an ingest's CPU).
+    # (building a psycopg cursor copies the connection's adapters).
     yield wrapper(_raw_cursor(db), db), text, values
 
 

@@ -110,7 +110,7 @@ def deadline_transport() -> httpx.HTTPTransport:
     connection (see outbound.http.sending_client). httpx takes no network backend, so its pool is
     replaced by an identical one that has it (tests/webhooks/test_deadline.py holds this to
     a receiver that trickles bytes)."""
-    ssl_context = httpx.create_ssl_context(trust_env=False)  # built once (~17 ms), shared
+    ssl_context = httpx.create_ssl_context(trust_env=False)  # built once (loading the CA bundle is slow), shared
     limits = httpx.Limits(max_keepalive_connections=0)
     transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False, limits=limits)
     transport._pool = httpcore.ConnectionPool(

@@ -112,7 +112,7 @@ class DeliveryTryQuerySet(models.QuerySet["DeliveryTry"]):
     def for_step(self, step: models.Model) -> DeliveryTryQuerySet:
         """The step page's webhook tries. Served by two indexes Django makes for the foreign
         keys (OutboxMessage.step, DeliveryTry.message): a nested loop over the step's few
-        messages, whatever the size of either table (EXPLAIN on 400,000 tries: 0.1 ms); a step
+        messages, whatever the size of either table; a step
         column on the tries would only repeat them."""
         return self.filter(message__step=step)
 
