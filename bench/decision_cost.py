@@ -43,10 +43,12 @@ def main() -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from approvals.services import reviewer_create, step_decide
+    from accounts.models import Team
+    from accounts.services import reviewer_create, team_create
+    from approvals.services import step_decide
     from envelopes import services
-    from envelopes.configuration import team_create, tool_configure
-    from envelopes.models import Step, Team
+    from envelopes.configuration import tool_configure
+    from envelopes.models import Step
     from tests.conftest import error_envelope
     from webhooks.services import endpoint_create
 
