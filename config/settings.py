@@ -323,8 +323,9 @@ CELERY_BEAT_SCHEDULE = {
     "purge-quarantine": {"task": "envelopes.tasks.purge_quarantine", "schedule": 3600.0},
     "purge-webhook-history": {"task": "webhooks.tasks.purge_webhook_history", "schedule": 3600.0},
     # Reviewers' cancel-alls of many held steps (approvals.models.CancelAllRequest), should the
-    # ring on commit not reach the broker.
-    "cancel-held-steps": {"task": "approvals.tasks.cancel_held_steps", "schedule": HOLDPOINT_SWEEP_SECONDS},
+    # ring on commit not reach the broker: a fallback, so not at the timers' cadence, where it
+    # would queue beside the timer sweep in a worker's processes.
+    "cancel-held-steps": {"task": "approvals.tasks.cancel_held_steps", "schedule": 20.0},
 }
 # Webhook delivery has its own queue, so that deliveries never queue in front of the timer
 # sweeps. A worker started without -Q consumes both queues (`celery -A config worker --beat`
