@@ -80,6 +80,7 @@ def policy_ids_read(*, team: Team, tool: str, grants: bool = True) -> tuple[str 
 
 
 _rules: dict[tuple[int, int, int], Rule] = {}
+_rule_sets: dict[str, list[Rule]] = {}
 _grants: dict[tuple[int, int], Grant] = {}
 _CACHE_LIMIT = 20000
 
@@ -107,7 +108,22 @@ def team_policy(rule_versions: str | None, grant_uses: str | None) -> TeamPolicy
     those it has not seen at that version)."""
     if not rule_versions and not grant_uses:
         return _NO_POLICY
-    rule_keys, grant_keys = _triples(rule_versions), _triples(grant_uses)
+    rules = _rule_sets.get(rule_versions or "")
+    if rules is None:
+        rules = _rules_of(_triples(rule_versions))
+    grants = []
+    for pk, stamp, uses in _grant_triples(grant_uses):
+        cached = _grants.get((pk, stamp))
+        if cached is not None:
+            grant = copy.copy(cached)
+            grant.uses = uses  # what changes of a grant is its uses (and revocation: not live, not read)
+            grants.append(grant)
+    return TeamPolicy(rules=rules, grants=grants)
+
+
+def _rules_of(rule_keys: list[tuple[int, int, int]]) -> list[Rule]:
+    """The rules of these keys (one read of those this process has not seen), kept as one list
+    per set, so that the evaluation's grouping of the set is made once (`_named`)."""
     loaded: dict[int, Rule] = {}
     missing_rules = [pk for pk, version, stamp in rule_keys if (pk, version, stamp) not in _rules]
     if missing_rules:
@@ -115,22 +131,26 @@ def team_policy(rule_versions: str | None, grant_uses: str | None) -> TeamPolicy
             _rules.clear()
         for rule in Rule.objects.filter(pk__in=missing_rules):
             _rules[(rule.pk, rule.version, _stamp(rule.updated_at))] = loaded[rule.pk] = rule
-    missing_grants = [pk for pk, stamp, _uses in grant_keys if (pk, stamp) not in _grants]
-    if missing_grants:
-        if len(_grants) > _CACHE_LIMIT:
-            _grants.clear()
-        for grant in Grant.objects.filter(pk__in=missing_grants):
-            _grants[(grant.pk, _stamp(grant.created_at))] = grant
     # A rule changed between the two reads is taken as it is now; one deleted meanwhile is gone.
     rules = [found for key in rule_keys if (found := _rules.get(key) or loaded.get(key[0])) is not None]
-    grants = []
-    for pk, stamp, uses in grant_keys:
-        cached = _grants.get((pk, stamp))
-        if cached is not None:
-            grant = copy.copy(cached)
-            grant.uses = uses  # what changes of a grant is its uses (and revocation: not live, not read)
-            grants.append(grant)
-    return TeamPolicy(rules=rules, grants=grants)
+    if not loaded and rule_keys:
+        if len(_rule_sets) > 1024:
+            _rule_sets.clear()
+        _rule_sets[",".join(f"{a}:{b}:{c}" for a, b, c in rule_keys)] = rules
+    return rules
+
+
+def _grant_triples(grant_uses: str | None) -> list[tuple[int, int, int]]:
+    """The grants' keys, their rows read once per process (a grant's fields never change but
+    its uses and revocation, which the context read brings)."""
+    grant_keys = _triples(grant_uses)
+    missing = [pk for pk, stamp, _uses in grant_keys if (pk, stamp) not in _grants]
+    if missing:
+        if len(_grants) > _CACHE_LIMIT:
+            _grants.clear()
+        for grant in Grant.objects.filter(pk__in=missing):
+            _grants[(grant.pk, _stamp(grant.created_at))] = grant
+    return grant_keys
 
 
 # --- the facts of a call -------------------------------------------------------------------------
