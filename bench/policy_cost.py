@@ -33,7 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=2000)
     count = parser.parse_args().n
-    rules = [Rule(id=n + 1, version=1, approvals=1, approvers="", enabled=True, **r) for n, r in enumerate(fifty_rules())]
+    rules = [
+        Rule(id=n + 1, version=1, approvals=1, approvers="", enabled=True, **r) for n, r in enumerate(fifty_rules())
+    ]
     grant = Grant(
         id=1,
         tool="send_email",

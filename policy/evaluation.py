@@ -223,7 +223,8 @@ def _split(values: list[bool] | None, *sizes: int) -> list[list[bool] | None]:
     """`values` cut into consecutive parts of `sizes` (all None when unknown)."""
     if values is None:
         return [None] * len(sizes)
-    parts, at = [], 0
+    parts: list[list[bool] | None] = []
+    at = 0
     for size in sizes:
         parts.append(values[at : at + size])
         at += size
