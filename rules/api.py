@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, serializers
+from rest_framework import exceptions, parsers, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -61,7 +61,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
-class RulesJSONParser:
+class RulesJSONParser(parsers.BaseParser):
     """JSON up to 1 MiB, no NaN, no key twice in one object (a rule naming `when` twice would
     otherwise be saved with whichever came last)."""
 
@@ -246,9 +246,9 @@ class TeamGrantApi(RulesApiView):
         responses={200: openapi.GRANT, **openapi.WRITE_PROBLEMS},
         tags=["rules"],
     )
-    def delete(self, request: Request, team: str, grant_id: int) -> Response:
+    def delete(self, request: Request, team: str, pk: int) -> Response:
         found = self.admin_team(request, team)
-        if not Grant.objects.filter(team=found, pk=grant_id).exists():
+        if not Grant.objects.filter(team=found, pk=pk).exists():
             raise GrantNotFound("No such grant in this team.")
-        grant = grant_remove(team=found, grant_id=grant_id, actor=actor_of(request), via="api")
+        grant = grant_remove(team=found, grant_id=pk, actor=actor_of(request), via="api")
         return Response(grant_shape(grant))

@@ -200,7 +200,7 @@ IF_MATCH_PARAMETER = OpenApiParameter(
     required=True,
     description='The ETag of the set you changed, from GET .../rules (e.g. "rules.4.12"). Without it: 428.',
 )
-GRANT_ID_PARAMETER = OpenApiParameter("grant_id", int, OpenApiParameter.PATH, description="The grant's id.")
+GRANT_ID_PARAMETER = OpenApiParameter("pk", int, OpenApiParameter.PATH, description="The grant's id.")
 
 RULES_EXAMPLES = [
     OpenApiExample(

@@ -31,14 +31,14 @@ def per_day(team: Team, rules: Sequence[Rule], *, since: datetime) -> dict[int, 
     rows = (
         RuleTally.objects.filter(team=team, rule_id__in=[rule.pk for rule in rules], day__gte=since.date())
         .values("rule_id", "day")
-        .annotate(match=Sum("matched"), would_match=Sum("would_match"), errors=Sum("errors"))
+        .annotate(n_match=Sum("matched"), n_would_match=Sum("would_match"), n_errors=Sum("errors"))
         .order_by()
     )
     out: dict[int, dict[tuple[date, str], int]] = {}
     for row in rows:
         counts = out.setdefault(row["rule_id"], {})
         for kind, _ in KINDS:
-            counts[(row["day"], kind)] = int(row[kind] or 0)
+            counts[(row["day"], kind)] = int(row[f"n_{kind}"] or 0)
     return out
 
 

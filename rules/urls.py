@@ -11,10 +11,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/teams/<str:team>/rules", api.TeamRulesApi.as_view(), name="api-rules"),
     path("api/v1/teams/<str:team>/rules/test", api.TeamRulesTestApi.as_view(), name="api-rules-test"),
     path("api/v1/teams/<str:team>/grants", api.TeamGrantsApi.as_view(), name="api-grants"),
-    path("api/v1/teams/<str:team>/grants/<int:grant_id>", api.TeamGrantApi.as_view(), name="api-grant"),
+    path("api/v1/teams/<str:team>/grants/<int:pk>", api.TeamGrantApi.as_view(), name="api-grant"),
     path("rules/", views.rules_page, name="page"),
     path("rules/edit", views.rules_edit, name="edit"),
-    path("rules/versions/<int:version>", views.rules_version, name="version"),
+    path("rules/version", views.rules_version, name="version"),
     path("rules/grants/", views.grants_page, name="grants"),
-    path("rules/grants/<int:grant_id>/revoke", views.grant_revoke_view, name="grant-revoke"),
+    path("rules/grants/<int:pk>/revoke", views.grant_revoke_view, name="grant-revoke"),
 ]

@@ -82,9 +82,11 @@ def rules_page(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_GET
 @dashboard_login_required
-def rules_version(request: HtmxHttpRequest, version: int) -> HttpResponse:
+def rules_version(request: HtmxHttpRequest) -> HttpResponse:
     membership, _ = _membership(request)
-    made = RuleSetVersion.objects.filter(team=membership.team, version=version).first()
+    raw = request.GET.get("version", "")
+    version = int(raw) if raw.isdigit() and len(raw) <= 9 else None
+    made = RuleSetVersion.objects.filter(team=membership.team, version=version).first() if version else None
     if made is None:
         raise Http404("No such version of the team's rules.")
     previous = RuleSetVersion.objects.filter(team=membership.team, version__lt=version).order_by("-version").first()
@@ -124,7 +126,7 @@ def _draft(form: RulesEditForm, current: list[dict]) -> list:
         raise RulesFileInvalid("one rule is a mapping of its fields (name, tools, when, effect, ...)")
     draft = [rule for rule in set_editable(current)]
     names = [rule.get("name") for rule in draft]
-    if one in names:
+    if one != "new" and one in names:
         draft[names.index(one)] = value
     else:
         draft.append(value)
@@ -149,7 +151,7 @@ def rules_edit(request: HtmxHttpRequest) -> HttpResponse:
             text = pages.NEW_RULE
         else:
             text = set_to_yaml(version, current, team=team.slug)
-        form = RulesEditForm(initial={"rules": text, "base_version": version, "rule": "" if one == "new" else one})
+        form = RulesEditForm(initial={"rules": text, "base_version": version, "rule": one})
         return _editor(request, membership, form, version=version, one=one)
 
     form = RulesEditForm(request.POST)
@@ -244,6 +246,8 @@ def _editor(
         "notes": notes or [],
     }
     partial = "result" if htmx_targets(request, "editor-result") else None
+    if partial:
+        status = 200  # htmx swaps 2xx answers only: the refusal is in the fragment
     response = page_render(request, "rules/edit.html", context, partial=partial, status=status)
     response["Cache-Control"] = "no-store"
     return response
@@ -290,12 +294,12 @@ def grants_page(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_POST
 @dashboard_login_required
-def grant_revoke_view(request: HtmxHttpRequest, grant_id: int) -> HttpResponse:
+def grant_revoke_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     membership = _admin(request)
     team = membership.team
-    if not Grant.objects.filter(team=team, pk=grant_id).exists():
+    if not Grant.objects.filter(team=team, pk=pk).exists():
         raise Http404("No such grant in this team.")
-    grant = grant_remove(team=team, grant_id=grant_id, actor=request.user.get_username(), via="dashboard")
+    grant = grant_remove(team=team, grant_id=pk, actor=request.user.get_username(), via="dashboard")
     if htmx_targets(request, f"grant-{grant.pk}"):
         row = pages.grant_rows([grant], now=timezone.now())[0]
         return page_render(

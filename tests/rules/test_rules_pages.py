@@ -119,10 +119,11 @@ def test_versions_are_kept_and_shown(vic: Any, team: Team) -> None:
     saved(team, [BIG_REFUNDS])
     saved(team, [{**BIG_REFUNDS, "approvals": 2}])
     page = vic.get("/rules/").content.decode()
-    assert "/rules/versions/1?team=acme" in page and "/rules/versions/2?team=acme" in page
-    second = vic.get("/rules/versions/2?team=acme").content.decode()
+    assert "/rules/version?team=acme&amp;version=1" in page and "/rules/version?team=acme&amp;version=2" in page
+    second = vic.get("/rules/version?team=acme&version=2").content.decode()
     assert "changed big-refunds" in second and "approvals: 2" in second
-    assert vic.get("/rules/versions/9?team=acme").status_code == 404
+    assert vic.get("/rules/version?team=acme&version=9").status_code == 404
+    assert vic.get("/rules/version?team=acme&version=x").status_code == 404
 
 
 def test_another_teams_pages_are_404(ada: Any, other_team: Team) -> None:
