@@ -69,6 +69,7 @@ class HistoryReport:
     until: datetime
     tools: list[str] | None  # None: every tool
     attempts: int = 0
+    cap: int = ATTEMPTS_CAP
     capped: bool = False
     draft: SetReport = field(default_factory=SetReport)
     current: SetReport = field(default_factory=SetReport)
@@ -81,7 +82,7 @@ class HistoryReport:
             "until": _time(self.until),
             "tools": self.tools if self.tools is not None else ["*"],
             "attempts": self.attempts,
-            "attempts_cap": ATTEMPTS_CAP,
+            "attempts_cap": self.cap,
             "capped": self.capped,
             "draft": self.draft.as_json(),
             "current": self.current.as_json(),
@@ -111,8 +112,9 @@ def _tools_named(rules: Sequence[dict[str, Any]]) -> list[str] | None:
     return sorted(names)
 
 
-def proposals(team: Team, tools: list[str] | None, *, since: datetime, cap: int = ATTEMPTS_CAP) -> list[Attempt]:
-    """The latest `cap` attempts granted since `since` for `tools` (None: all), newest first."""
+def proposals(team: Team, tools: list[str] | None, *, since: datetime, cap: int | None = None) -> list[Attempt]:
+    """The latest `cap` (ATTEMPTS_CAP) attempts granted since `since` for `tools` (None: all), newest first."""
+    cap = ATTEMPTS_CAP if cap is None else cap
     steps = Step.objects.for_team(team).filter(created_at__gte=since)
     if tools is not None:
         steps = steps.filter(tool__name__in=tools)
@@ -145,10 +147,10 @@ def history_test(
     now = now or timezone.now()
     since = now - WINDOW
     tools = _tools_named(draft)
-    report = HistoryReport(since=since, until=now, tools=tools)
-    found = proposals(team, tools, since=since)
+    report = HistoryReport(since=since, until=now, tools=tools, cap=ATTEMPTS_CAP)
+    found = proposals(team, tools, since=since, cap=report.cap)
     report.attempts = len(found)
-    report.capped = len(found) >= ATTEMPTS_CAP
+    report.capped = len(found) >= report.cap
     draft_set, current_set = verdicts.compiled(draft), verdicts.compiled(current)
     for attempt in found:
         step = attempt.step

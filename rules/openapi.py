@@ -59,7 +59,7 @@ RULE_SET_SCHEMA: dict[str, Any] = {
 RULE_SET = OpenApiResponse(
     response=RULE_SET_SCHEMA, description="The set, in evaluation order; the ETag header is its tag"
 )
-RULE_SET_REQUEST: dict[str, Any] = {
+RULE_SET_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["rules"],
     "properties": {
@@ -71,6 +71,7 @@ RULE_SET_REQUEST: dict[str, Any] = {
         },
     },
 }
+RULE_SET_REQUEST = {"application/json": RULE_SET_BODY}
 
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
 _EXAMPLE = {
@@ -200,7 +201,7 @@ IF_MATCH_PARAMETER = OpenApiParameter(
     required=True,
     description='The ETag of the set you changed, from GET .../rules (e.g. "rules.4.12"). Without it: 428.',
 )
-GRANT_ID_PARAMETER = OpenApiParameter("pk", int, OpenApiParameter.PATH, description="The grant's id.")
+GRANT_ID_PARAMETER = OpenApiParameter("id", int, OpenApiParameter.PATH, description="The grant's id.")
 
 RULES_EXAMPLES = [
     OpenApiExample(

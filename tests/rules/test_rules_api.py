@@ -219,6 +219,6 @@ def test_the_openapi_document_describes_every_rules_endpoint(openapi_document: d
     assert set(paths["/api/v1/teams/{team}/rules"]) >= {"get", "put"}
     assert "post" in paths["/api/v1/teams/{team}/rules/test"]
     assert set(paths["/api/v1/teams/{team}/grants"]) >= {"get", "post"}
-    assert "delete" in paths["/api/v1/teams/{team}/grants/{pk}"]
+    assert "delete" in paths["/api/v1/teams/{team}/grants/{id}"]
     put = paths["/api/v1/teams/{team}/rules"]["put"]
     assert {"412", "422", "428"} <= set(put["responses"])
