@@ -70,13 +70,9 @@ class RulesClient:
         return self.http.delete(self.path(f"grants/{grant_id}"))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_throttle_counts() -> None:
-    cache.clear()
-
-
 @pytest.fixture
 def member_api(make_reviewer: Callable[..., Any]) -> Callable[..., RulesClient]:
+    cache.clear()  # the throttle's counts of an earlier test
     def make(username: str, role: str, in_team: Team | None = None) -> RulesClient:
         user = make_reviewer(username, role, in_team=in_team)
         team = in_team.slug if in_team else "acme"
