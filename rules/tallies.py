@@ -37,8 +37,9 @@ def per_day(team: Team, rules: Sequence[Rule], *, since: datetime) -> dict[int, 
     out: dict[int, dict[tuple[date, str], int]] = {}
     for row in rows:
         counts = out.setdefault(row["rule_id"], {})
-        for kind, _ in KINDS:
-            counts[(row["day"], kind)] = int(row[f"n_{kind}"] or 0)
+        counts[(row["day"], "match")] = int(row["n_match"] or 0)
+        counts[(row["day"], "would_match")] = int(row["n_would_match"] or 0)
+        counts[(row["day"], "errors")] = int(row["n_errors"] or 0)
     return out
 
 

@@ -19,7 +19,7 @@ SHADOW = ("would_deny", "would_hold", "would_allow")
 _SHADOW_OF = {DENY: "would_deny", REQUIRE_APPROVAL: "would_hold", ALLOW: "would_allow"}
 
 
-@dataclass(frozen=True)
+@dataclass
 class DraftRule:
     """A rule of a draft set, shaped as policy's evaluation reads a rule (its RuleLike). `id` is
     unique per draft text, so the compiled program cache never mixes two drafts' rules."""

@@ -28,9 +28,9 @@ from typing import IO, Any, cast
 
 import httpx
 
+from . import rules_cli
 from .envelopes import input_fingerprint, now_utc, parse_rfc3339
 from .errors import HoldpointError
-from . import rules_cli
 from .reviewer import Reviewer
 from .types import DecisionAction, QueueKind, Step
 

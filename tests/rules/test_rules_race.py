@@ -27,8 +27,8 @@ def test_two_saves_of_one_version_make_one_version(member_api, team: Team) -> No
         second = {**NO_PROD_DROPS, "description": f"round {round_} by bo"}
         statuses = run_together(
             [
-                lambda: RulesClient(ada.raw).put({"rules": [first]}, etag=etag).status_code,
-                lambda: RulesClient(bo.raw).put({"rules": [second]}, etag=etag).status_code,
+                lambda rules=[first], tag=etag: RulesClient(ada.raw).put({"rules": rules}, etag=tag).status_code,
+                lambda rules=[second], tag=etag: RulesClient(bo.raw).put({"rules": rules}, etag=tag).status_code,
             ]
         )
         assert sorted(statuses) == [200, 412], statuses

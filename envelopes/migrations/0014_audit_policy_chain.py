@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("envelopes", "0012_team_apikey_out_decision_in"),
+        ("envelopes", "0013_step_policy"),
     ]
 
     operations = [
