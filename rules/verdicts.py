@@ -85,6 +85,8 @@ def outcome(rules: Sequence[DraftRule], facts: CallFacts) -> Outcome:
         result, rule = "denied", gate.rule
     elif gate.effect == REQUIRE_APPROVAL:
         result, rule = "held", gate.rule
+    elif not any(r.enabled and r.effect == ALLOW and ("*" in r.tools or facts.tool in r.tools) for r in rules):
+        result, rule = "granted", None  # no allow rule to ask: the hold pass would find nothing more
     else:
         held = hold_verdict(rules, [], facts, approvals_required=1)
         verdicts.append(held)
