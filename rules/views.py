@@ -64,6 +64,8 @@ def page_url(name: str, team: str, **query: str) -> str:
 @require_GET
 @dashboard_login_required
 def rules_page(request: HtmxHttpRequest) -> HttpResponse:
+    if not request.GET.get("team") and not memberships_of(request.user):
+        return page_render(request, "rules/no_team.html", {})
     membership, memberships = _membership(request)
     team = membership.team
     version, rules = rules_current(team)

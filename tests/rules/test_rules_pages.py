@@ -175,3 +175,10 @@ def test_a_refused_grant_is_shown_on_the_form(ada: Any, team: Team) -> None:
     assert page.status_code == 422
     assert "when:" in page.content.decode()
     assert not Grant.objects.exists()
+
+
+def test_a_user_in_no_team_is_told_so(django_user_model: Any) -> None:
+    lone = logged_in(django_user_model.objects.create_user("lone", password="x-unused-pw-1"))
+    page = lone.get("/rules/")
+    assert page.status_code == 200 and "You are in no team yet" in page.content.decode()
+    assert lone.get("/rules/grants/").status_code == 404
