@@ -182,3 +182,33 @@ def test_a_user_in_no_team_is_told_so(django_user_model: Any) -> None:
     page = lone.get("/rules/")
     assert page.status_code == 200 and "You are in no team yet" in page.content.decode()
     assert lone.get("/rules/grants/").status_code == 404
+
+
+def test_the_page_lists_the_latest_steps_a_rule_acted_on(vic: Any, team: Team, agent: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from policy.models import RuleAct
+    from tests.rules.conftest import attempt
+
+    saved(team, [BIG_REFUNDS])
+    rule = Rule.objects.get(team=team)
+    now = timezone.now()
+    refs = []
+    for number in range(52):
+        ref = f"run_4/<b>refund</b>_{number}"
+        attempt(agent, ref, "issue_refund", {"amount_cents": 90000 + number})
+        refs.append(ref)
+    from envelopes.models import Step
+
+    for number, step in enumerate(Step.objects.filter(team=team).order_by("id")):
+        RuleAct.objects.create(
+            team=team, rule=rule, name=rule.name, version=rule.version, tool="issue_refund", step_id=step.pk,
+            outcome="approval_required_by_rule", at=now - timedelta(minutes=60 - number),
+        )  # fmt: skip
+    html = vic.get("/rules/").content.decode()
+    assert "Latest steps it acted on (50)" in html
+    assert "run_4/&lt;b&gt;refund&lt;/b&gt;_51" in html and "<b>refund</b>" not in html  # agent text, escaped
+    assert "run_4/&lt;b&gt;refund&lt;/b&gt;_1<" not in html  # the two oldest are past the 50
+    assert "held for approval (v1)" in html
