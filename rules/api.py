@@ -222,7 +222,7 @@ class TeamGrantsApi(RulesApiView):
         summary="Make a standing grant (admins): a tool's calls matching `when` need no reviewer",
         parameters=[openapi.TEAM_PARAMETER],
         request=GrantInput,
-        responses={201: openapi.GRANT, **openapi.WRITE_PROBLEMS},
+        responses={201: openapi.GRANT, **openapi.GRANT_WRITE_PROBLEMS},
         tags=["rules"],
     )
     def post(self, request: Request, team: str) -> Response:
@@ -243,7 +243,7 @@ class TeamGrantApi(RulesApiView):
         summary="Revoke a grant at once (admins); revoking a revoked grant answers it as it is",
         parameters=[openapi.TEAM_PARAMETER, openapi.GRANT_ID_PARAMETER],
         request=None,
-        responses={200: openapi.GRANT, **openapi.WRITE_PROBLEMS},
+        responses={200: openapi.GRANT, **openapi.GRANT_WRITE_PROBLEMS},
         tags=["rules"],
     )
     def delete(self, request: Request, team: str, pk: int) -> Response:

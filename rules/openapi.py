@@ -194,6 +194,17 @@ WRITE_PROBLEMS = _problems(
     }
 )
 
+GRANT_WRITE_PROBLEMS = _problems(
+    {
+        **_COMMON,
+        400: "Malformed JSON, or a key named twice in one object",
+        403: "role_required (not an admin of the team), or reviewer_token_required (an agent API key)",
+        422: "grant_invalid / schema_invalid: `errors` names the field and the rule broken (`range` for an expiry "
+        "past 7 days or uses outside 1..1000, `cel` for a `when` that does not compile, `four_eyes` for a tool "
+        "needing two approvals)",
+    }
+)
+
 IF_MATCH_PARAMETER = OpenApiParameter(
     "If-Match",
     str,
