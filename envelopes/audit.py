@@ -114,17 +114,18 @@ def audit_link(
     return event
 
 
+def _seal_fields(seal: AuditSeal) -> dict[str, Any]:
+    return {
+        "team": seal.team_id,
+        "seq": seal.seq,
+        "heads": seal.heads,
+        "through": seal.through_event_id,
+        "created_at": seal.created_at.isoformat(),
+    }
+
+
 def _seal_hash(seal: AuditSeal) -> str:
-    return _link_hash(
-        seal.prev_hash,
-        {
-            "team": seal.team_id,
-            "seq": seal.seq,
-            "heads": seal.heads,
-            "through": seal.through_event_id,
-            "created_at": seal.created_at.isoformat(),
-        },
-    )
+    return _link_hash(seal.prev_hash, _seal_fields(seal))
 
 
 # How long a link may take from its INSERT to its COMMIT and still be sealed. Ids are handed

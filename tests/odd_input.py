@@ -34,6 +34,7 @@ AGENT_ROUTES = {
 REVIEWER_ROUTES = {
     "reviewers:queue": Route("/api/v1/teams/{team}/queue", ("kind", "cursor", "limit"), "reviewer"),
     "reviewers:step": Route("/api/v1/teams/{team}/steps/{ref}", (), "reviewer"),
+    "reviewers:audit-export": Route("/api/v1/teams/{team}/audit", ("since", "until", "cursor"), "reviewer"),
 }
 PAGE_ROUTES = {
     "approvals:queues": Route(
@@ -61,6 +62,7 @@ FRAMEWORK_ROUTES = {
     "schema": Route("/api/schema/", ("format", "lang"), "anyone"),
     "api-docs": Route("/api/docs/", (), "anyone"),
     "healthz": Route("/healthz", (), "anyone"),
+    "jwks": Route("/.well-known/holdpoint/jwks.json", (), "anyone"),
     "readyz": Route("/readyz", (), "anyone"),
     "login": Route("/accounts/login/", ("next",), "anyone"),
 }
