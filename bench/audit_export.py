@@ -63,51 +63,55 @@ def build(links: int, chain: int) -> None:
         ],
         batch_size=5000,
     )  # fmt: skip
-    rows: list[str] = []
     heads: dict[str, list] = {}
-    seal_prev, seal_seq, through = GENESIS, 0, 0
+    seal_prev, seal_seq, written = GENESIS, 0, 0
     seals: list[AuditSeal] = []
     clock = now
     states = ["in_progress", "awaiting_approval", "retry_ready", "in_progress"]
-    for index, step in enumerate(steps):
-        prev = GENESIS
-        for seq in range(1, chain + 1):
-            clock += timedelta(milliseconds=3)
-            kind = "decision" if seq % 5 == 3 else "transition"
-            event = AuditEvent(
-                team_id=team.pk, chain=f"step:{step.pk}", seq=seq, step_id=step.pk, tool_id=tool.pk, kind=kind,
-                actor="rita" if kind == "decision" else "agent", before=states[seq % 4], after=states[(seq + 1) % 4],
-                reason="approve" if kind == "decision" else "attempt_granted", held_seconds=None,
-                data={"cause": "attempt", "effects": [], "attempt": seq} if kind == "transition"
-                else {"reason": "", "input_fingerprint": "ab" * 32, "edited": False},
-                created_at=clock, prev_hash=prev,
-            )  # fmt: skip
-            event.hash = _link_hash(prev, _event_fields(event))
-            rows.append(
-                "\t".join([event.chain, str(seq), kind, event.actor, event.before, event.after, event.reason, "\\N",
-                           json.dumps(event.data), clock.isoformat(), prev, event.hash, str(step.pk),
-                           str(team.pk), str(tool.pk)])
-            )  # fmt: skip
-            prev = event.hash
-        heads[f"step:{step.pk}"] = [chain, prev]
-        if len(heads) == 1000 or index == len(steps) - 1:
-            seal_seq += 1
-            seal = AuditSeal(team=team, seq=seal_seq, heads=heads, through_event_id=through, created_at=clock,
-                             prev_hash=seal_prev)  # fmt: skip
-            seal.hash = _seal_hash(seal)
-            seals.append(seal)
-            seal_prev, heads = seal.hash, {}
-    generated = time.monotonic()
+    # Generated while COPY writes them: the million rows are never all in memory.
     with transaction.atomic(), connection.cursor() as cursor:
         with cursor.cursor.copy(f"COPY envelopes_auditevent ({AUDIT_COLUMNS}) FROM STDIN") as copy:
-            for start in range(0, len(rows), 50_000):
-                copy.write("".join(row + "\n" for row in rows[start : start + 50_000]))
+            chunk: list[str] = []
+            for index, step in enumerate(steps):
+                prev = GENESIS
+                for seq in range(1, chain + 1):
+                    clock += timedelta(milliseconds=3)
+                    kind = "decision" if seq % 5 == 3 else "transition"
+                    event = AuditEvent(
+                        team_id=team.pk, chain=f"step:{step.pk}", seq=seq, step_id=step.pk, tool_id=tool.pk,
+                        kind=kind, actor="rita" if kind == "decision" else "agent", before=states[seq % 4],
+                        after=states[(seq + 1) % 4], reason="approve" if kind == "decision" else "attempt_granted",
+                        held_seconds=None,
+                        data={"cause": "attempt", "effects": [], "attempt": seq} if kind == "transition"
+                        else {"reason": "", "input_fingerprint": "ab" * 32, "edited": False},
+                        created_at=clock, prev_hash=prev,
+                    )  # fmt: skip
+                    event.hash = _link_hash(prev, _event_fields(event))
+                    chunk.append(
+                        "\t".join([event.chain, str(seq), kind, event.actor, event.before, event.after, event.reason,
+                                   "\\N", json.dumps(event.data), clock.isoformat(), prev, event.hash, str(step.pk),
+                                   str(team.pk), str(tool.pk)])
+                    )  # fmt: skip
+                    prev = event.hash
+                    written += 1
+                if len(chunk) >= 20_000:
+                    copy.write("".join(row + "\n" for row in chunk))
+                    chunk = []
+                heads[f"step:{step.pk}"] = [chain, prev]
+                if len(heads) == 1000 or index == len(steps) - 1:
+                    seal_seq += 1
+                    seal = AuditSeal(team=team, seq=seal_seq, heads=heads, through_event_id=0, created_at=clock,
+                                     prev_hash=seal_prev)  # fmt: skip
+                    seal.hash = _seal_hash(seal)
+                    seals.append(seal)
+                    seal_prev, heads = seal.hash, {}
+            copy.write("".join(row + "\n" for row in chunk))
         AuditSeal.objects.bulk_create(seals)
         Step.objects.filter(team=team).update(audit_seq=chain)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE envelopes_auditevent")
-    print(f"built {len(rows):,} links in {len(steps):,} chains, {len(seals)} seals: generated in "
-          f"{generated - started:.0f} s, copied in {time.monotonic() - generated:.0f} s", flush=True)  # fmt: skip
+    print(f"built {written:,} links in {len(steps):,} chains, {len(seals)} seals in "
+          f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
 
 
 def measured(command: list[str], out: Path) -> tuple[float, float]:

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from evidence.keys import forget_signing_key
 from tests.approvals import conftest as dashboard
 
 # The dashboard's reviewers and held steps (pytest registers the fixtures a conftest holds).
@@ -19,14 +16,6 @@ awaiting = dashboard.awaiting
 
 SEED = bytes(range(32))
 SEED_B64 = base64.b64encode(SEED).decode()
-
-
-@pytest.fixture(autouse=True)
-def _key_forgotten() -> Iterator[None]:
-    """Each test reads the signing key afresh (a process keeps it for a minute)."""
-    forget_signing_key()
-    yield
-    forget_signing_key()
 
 
 def b64url_decode(text: str) -> bytes:
