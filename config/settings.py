@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "csp",
     "accounts",
     "evidence",
+    "policy",
     "envelopes",
     "approvals",
     "webhooks",

@@ -33,6 +33,6 @@ def decision_claims(*, step: Step, decision: Decision, decided_by: str) -> dict[
 
 def decision_sign(*, step: Step, decision: Decision, actor: str) -> str:
     """Sign the decision and keep its receipt on it (`decision.receipt`)."""
-    decided_by = getattr(decision, "decided_by", "") or actor
+    decided_by = decision.decided_by or actor
     decision.receipt = receipt_sign(decision_claims(step=step, decision=decision, decided_by=decided_by))
     return decision.receipt

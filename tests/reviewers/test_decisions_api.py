@@ -46,6 +46,7 @@ def test_an_approval_with_the_current_etag_is_201_with_the_decision_and_the_step
     assert body["decision"] == {
         "action": "approve",
         "reviewer": "rita",
+        "decided_by": {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None},
         "reason": "within budget",
         "decided_at": body["decision"]["decided_at"],
         "input_fingerprint": body["decision"]["input_fingerprint"],

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0001_team_apikey_membership'),
-        ('envelopes', '0012_team_apikey_out_decision_in'),
+        ('envelopes', '0013_step_policy'),
     ]
 
     operations = [
