@@ -12,7 +12,7 @@ class ReceiptKeyAdmin(admin.ModelAdmin):
     fields = ("kid", "x", "generation", "created_at")
     readonly_fields = fields
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         # The admin filters on any field named in the query string (`?seed__startswith=`): one
         # character at a time, that would read the seed out.
         if lookup.split("__")[0] == "seed":
