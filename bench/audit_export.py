@@ -114,8 +114,9 @@ def build(links: int, chain: int) -> None:
           f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
 
 
-def measured(command: list[str], out: Path) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of one fresh process writing its stdout to `out`."""
+def measured(command: list[str], out: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS in MB) of one fresh process writing its stdout to
+    `out` (CPU: user + system, what a loaded machine does not change)."""
     with out.open("wb") as sink:
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, stdout=sink)
@@ -124,7 +125,7 @@ def measured(command: list[str], out: Path) -> tuple[float, float]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{command[1:3]} exited {process.returncode}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -137,15 +138,15 @@ def main() -> None:
     if args.build:
         build(args.links, args.chain)
     out = Path(args.out)
-    seconds, rss = measured([sys.executable, "manage.py", "exportaudit", TEAM], out)
+    seconds, cpu, rss = measured([sys.executable, "manage.py", "exportaudit", TEAM], out)
     size = out.stat().st_size
     lines = sum(1 for _ in out.open("rb"))
-    print(f"exportaudit: {lines:,} lines, {size / 1e6:.0f} MB in {seconds:.1f} s "
-          f"({lines / seconds:,.0f} lines/s), peak RSS {rss:.0f} MB", flush=True)  # fmt: skip
+    print(f"exportaudit: {lines:,} lines, {size / 1e6:.0f} MB in {seconds:.1f} s wall, {cpu:.1f} s CPU "
+          f"({lines / cpu:,.0f} lines per CPU second), peak RSS {rss:.0f} MB", flush=True)  # fmt: skip
     verify = [sys.executable, "-c", "import sys; from holdpoint_sdk.reviewer_cli import main; sys.exit(main())",
               "audit", "verify", str(out)]  # fmt: skip
-    seconds, rss = measured(verify, Path("/tmp/holdpoint-audit-verify.txt"))
-    print(f"holdpoint audit verify: {seconds:.1f} s, peak RSS {rss:.0f} MB: "
+    seconds, cpu, rss = measured(verify, Path("/tmp/holdpoint-audit-verify.txt"))
+    print(f"holdpoint audit verify: {seconds:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss:.0f} MB: "
           f"{Path('/tmp/holdpoint-audit-verify.txt').read_text().strip()}")  # fmt: skip
 
 
