@@ -185,28 +185,15 @@ def test_a_user_in_no_team_is_told_so(django_user_model: Any) -> None:
 
 
 def test_the_page_lists_the_latest_steps_a_rule_acted_on(vic: Any, team: Team, agent: Any) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from policy.models import RuleAct
-    from tests.rules.conftest import attempt
+    from envelopes.proposal import input_fingerprint
 
     saved(team, [BIG_REFUNDS])
-    rule = Rule.objects.get(team=team)
-    now = timezone.now()
-    refs = []
-    for number in range(52):
-        ref = f"run_4/<b>refund</b>_{number}"
-        attempt(agent, ref, "issue_refund", {"amount_cents": 90000 + number})
-        refs.append(ref)
-    from envelopes.models import Step
-
-    for number, step in enumerate(Step.objects.filter(team=team).order_by("id")):
-        RuleAct.objects.create(
-            team=team, rule=rule, name=rule.name, version=rule.version, tool="issue_refund", step_id=step.pk,
-            outcome="approval_required_by_rule", at=now - timedelta(minutes=60 - number),
-        )  # fmt: skip
+    for number in range(52):  # each held by the rule at the gate, which records the act
+        payload = {"amount_cents": 90000 + number}
+        response = agent.attempt(
+            f"run_4/<b>refund</b>_{number}", tool="issue_refund", fingerprint=input_fingerprint(payload), input=payload
+        )
+        assert response.status_code == 409 and response.json()["code"] == "approval_required", response.content
     html = vic.get("/rules/").content.decode()
     assert "Latest steps it acted on (50)" in html
     assert "run_4/&lt;b&gt;refund&lt;/b&gt;_51" in html and "<b>refund</b>" not in html  # agent text, escaped
