@@ -91,6 +91,8 @@ POST_ONLY = frozenset(
         "notifications:slack-unlink",
         "reviewers:token-revoke",
         "approvals:step-decide",
+        "approvals:step-approve-similar",
+        "approvals:grant-words",
         "approvals:tool-resume",
         "approvals:tool-cancel-held",
         "approvals:api-key-revoke",
