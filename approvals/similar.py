@@ -19,14 +19,13 @@ from django.db import transaction
 
 from accounts.models import Membership, Team
 from envelopes.models import Step
-from envelopes.proposal import Proposal, proposal_of
+from envelopes.proposal import Proposal
 from policy.cel import compile_when
-from policy.errors import GrantRefused, WhenInvalid
+from policy.errors import WhenInvalid
 from policy.models import Grant
-from policy.services import grant_create
 from policy.words import grant_when_from_input, when_in_words
 
-from .services import DecisionRefused, DecisionResult, step_decide
+from .services import DecisionResult, GrantNotMade, step_decide
 
 WHEN_MAX = 2048
 EXPIRY_CHOICES = [
@@ -159,18 +158,6 @@ def similar_panel(
     )
 
 
-class GrantNotMade(DecisionRefused):
-    """An approval whose grant cannot be made (`field`, `rule` as policy.errors.GrantRefused
-    names them, under `grant.`): nothing is decided."""
-
-    code = "grant_refused"
-
-    def __init__(self, message: str, *, field: str, rule: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.rule = rule
-
-
 @dataclass(frozen=True)
 class ApprovedWithGrant:
     result: DecisionResult
@@ -189,41 +176,28 @@ def step_approve_with_grant(
     expected_since: datetime | None = None,
     edited_input: dict[str, Any] | None = None,
 ) -> ApprovedWithGrant:
-    """"Approve and allow similar" (contract §11): the approval, through the one decision
-    service, and a standing grant for calls like the approved input, in one transaction: a grant
-    that cannot be made (GrantNotMade) leaves the step undecided. `grant`: `{when?, scope,
+    """"Approve and allow similar" (contract §11): the one decision service's approval with
+    `grant`, which makes the grant in the same transaction (a grant that cannot be made,
+    GrantNotMade, leaves the step undecided), and the grant it made. `grant`: `{when?, scope,
     expires_in_s?, max_uses?}`; without `when`, equality on the approved input's scalar fields."""
-    result = step_decide(
-        team=team,
-        step_id=step_id,
-        actor=actor,
-        action="approve",
-        reason=reason,
-        expected_state=expected_state,
-        expected_since=expected_since,
-        edited_input=edited_input,
-    )
-    step = result.step
-    proposal = proposal_of(step)
-    approved = edited_input if edited_input is not None else (proposal.input if proposal is not None else None)
-    scope = str(grant.get("scope", "run"))
-    scope_value = {"run": step.run_id, "key": str(step.last_key_id or ""), "team": ""}.get(scope, "")
     try:
-        made = grant_create(
+        result = step_decide(
             team=team,
-            tool=step.tool.name,
-            when=grant.get("when") or grant_when_from_input(approved if isinstance(approved, dict) else None),
-            scope=scope,
-            scope_value=scope_value,
-            expires_in_s=grant.get("expires_in_s"),
-            max_uses=grant.get("max_uses"),
-            actor=actor.get_username(),
-            from_step_id=step.pk,
-            required_approvals=step.approvals_required,
+            step_id=step_id,
+            actor=actor,
+            action="approve",
+            reason=reason,
+            expected_state=expected_state,
+            expected_since=expected_since,
+            edited_input=edited_input,
+            grant=grant,
         )
-    except GrantRefused as refused:
-        field = "grant" if refused.field == "grant" else f"grant.{refused.field}"
-        raise GrantNotMade(str(refused), field=field, rule=refused.rule) from refused
+    except GrantNotMade as refused:
+        if refused.field == "grant.grant":  # a refusal of the grant as a whole (four eyes)
+            refused.field = "grant"
+        raise
+    made = made_grant(result, actor=actor.get_username())
+    assert made is not None  # step_decide made it in this transaction, or raised
     return ApprovedWithGrant(result=result, grant=made)
 
 

@@ -17,11 +17,10 @@ from envelopes.models import Step
 from envelopes.proposal import proposal_of
 
 from .forms import DecisionForm
-from .services import DecisionRefused
+from .services import DecisionRefused, GrantNotMade
 from .similar import (
     WHEN_MAX,
     GrantForm,
-    GrantNotMade,
     SimilarPanel,
     similar_offered,
     similar_panel,

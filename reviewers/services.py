@@ -20,8 +20,15 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import TEAM_SLUG_RE, Membership, Team
-from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, InputRefused, step_decide
-from approvals.similar import GrantNotMade, step_approve_with_grant
+from approvals.services import (
+    REASON_REQUIRED,
+    DecisionRefused,
+    DecisionResult,
+    GrantNotMade,
+    InputRefused,
+    step_decide,
+)
+from approvals.similar import step_approve_with_grant
 from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Decision, Step
@@ -300,6 +307,10 @@ def _decide_with_etag(
                 raise DecisionInvalid(
                     str(refused), field=refused.field, rule=refused.rule, code="input_refused"
                 ) from refused
-            raise DecisionInvalid(str(refused), field="body", rule="refused") from refused
+            # A refusal with a code of its own (denied_by_rule, grant_refused: §11) says it.
+            code = getattr(refused, "code", "")
+            raise DecisionInvalid(
+                str(refused), field=getattr(refused, "field", "body"), rule=code or "refused", code=code
+            ) from refused
     logger.info("%s decided %s on step %s of %s", user.get_username(), action, locked.pk, team.slug)
     return result
