@@ -13,16 +13,21 @@ from playwright.sync_api import Page, expect
 
 from accounts.models import Team
 from envelopes.models import Quarantine, Step
+from policy.services import rules_replace
 from tests.approvals.conftest import held_with_input
 from tests.browser.axe import assert_accessible, axe_violations
 from tests.browser.conftest import Watched, log_in
 from tests.conftest import AgentClient
 from tests.odd_input import PAGE_ROUTES
 
+RULE = {"name": "big-refunds", "tools": ["refund"], "when": "input.amount > 500", "effect": "require_approval"}
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 OpenPage = Callable[..., Watched]
 
+# Pages that need a query to show something: a rule set's version.
+QUERIES = {"rules:version": "?version=1"}
 # Routes that answer no HTML page of their own: a fragment htmx swaps in, and Prometheus text.
 NOT_PAGES = {"approvals:queue-counts", "metrics-prometheus"}
 
@@ -42,6 +47,7 @@ def test_every_page_route_passes_axe(
     open_page: OpenPage, make_reviewer: Any, seeded: dict[str, Step], team: Team
 ) -> None:
     make_reviewer("ada", "admin")
+    rules_replace(team=team, rules=[RULE], actor="ada", if_version=None)
     segments = {
         "pk": {
             "approvals:step": seeded["charge"].pk,
@@ -54,7 +60,7 @@ def test_every_page_route_passes_axe(
         if name in NOT_PAGES:
             continue
         values = {field: segments[field][name] for field in ("pk", "tool") if "{" + field + "}" in route.path}
-        paths.append(route.path.format(**values))
+        paths.append(route.path.format(**values) + QUERIES.get(name, ""))
     paths.append("/search?q=run_81")  # the list of matches, not a redirect
 
     anonymous = open_page().page
