@@ -109,6 +109,7 @@ def step_decide(
     expected_since: datetime | None = None,
     edited_input: dict[str, Any] | None = None,
     grant: dict[str, Any] | None = None,
+    now: datetime | None = None,
 ) -> DecisionResult:
     """Record a reviewer's decision and, when it is final, move the step. The one decision
     service: the dashboard's forms, the reviewer API and chat buttons all call it.
@@ -135,7 +136,7 @@ def step_decide(
     if action in REASON_REQUIRED and not reason:
         raise DecisionRefused("A reason is required for this decision.")
     edited_fingerprint = _edited_input_fingerprint(action, edited_input)
-    now = timezone.now()
+    now = now or timezone.now()  # a past `now` only for the demo's history
     step = step_services.step_lock_for_decision(team=team, step_id=step_id)
     if (
         (expected_state and step.state != expected_state)

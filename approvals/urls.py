@@ -3,7 +3,7 @@ app's tool page; the halted tool's case lives beside it."""
 
 from django.urls import path
 
-from . import views
+from . import similar_views, views
 
 app_name = "approvals"
 
@@ -13,6 +13,8 @@ urlpatterns = [
     path("search", views.search, name="search"),
     path("steps/<int:pk>/", views.step_detail, name="step"),
     path("steps/<int:pk>/decide", views.step_decide_view, name="step-decide"),
+    path("steps/<int:pk>/approve-similar", similar_views.step_approve_similar, name="step-approve-similar"),
+    path("steps/<int:pk>/grant-words", similar_views.grant_words, name="grant-words"),
     path("tools/<str:tool>/incident/", views.tool_incident, name="tool-incident"),
     path("tools/<str:tool>/resume", views.tool_resume, name="tool-resume"),
     path("tools/<str:tool>/cancel-held", views.tool_cancel_held, name="tool-cancel-held"),

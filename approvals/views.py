@@ -51,6 +51,7 @@ from .services import (
     tool_cancel_held_steps,
     tool_resume_by_reviewer,
 )
+from .similar import SimilarPanel, similar_default
 
 QUEUES_CHANGED = "queues-changed"  # htmx event: the nav counts refresh at once
 # The query parameters this module reads by a built name (a queue's next page), for the fuzzers.
@@ -191,6 +192,7 @@ def _step_context(
     form: DecisionForm | None = None,
     feedback: Feedback | None = None,
     page: timeline.TimelinePage | None = None,
+    similar: SimilarPanel | None = None,
 ) -> dict[str, Any]:
     envelope = step.last_envelope
     page = page or timeline.step_timeline(step)
@@ -224,6 +226,7 @@ def _step_context(
         "form": form if edit_form is None else None,
         "feedback": feedback,
         "now": timezone.now(),
+        "similar": similar or similar_default(step, proposal, membership),
     }
 
 

@@ -18,11 +18,14 @@ Definitions (contract §6), over rows whose time falls in [start, end):
   `awaiting_approval` before an approve or reject.
 - pending recovery: the time held of every transition that leaves a held state.
 - attempt_budget_exhausted: transitions with that reason.
+- denied_by_rule, held_by_rule, approved_by_rule, approved_by_grant, granted_by_grant: the
+  policy app's acts (RuleAct rows by `at`): a call refused or held by a rule, a held step
+  approved by a rule or a grant, a call the gate let through on a grant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +33,8 @@ from django.db.models import Count, Q
 from django.db.models.functions import TruncHour
 
 from envelopes.lifecycle import State
-from envelopes.models import AuditEvent, Envelope
+from envelopes.models import AuditEvent, Envelope, Tool
+from policy.models import RuleAct
 
 from . import histogram
 from .activity import count_active_steps
@@ -48,6 +52,14 @@ REASON_COUNTERS = {
     "rejected": "approvals_rejected",
     "approval_expired": "approvals_expired",
     "attempt_budget_exhausted": "attempt_budget_exhausted",
+}
+# RuleAct.outcome -> the counter.
+ACT_COUNTERS = {
+    "denied_by_rule": "denied_by_rule",
+    "approval_required_by_rule": "held_by_rule",
+    "approved_by_rule": "approved_by_rule",
+    "approved_by_grant": "approved_by_grant",
+    "granted_by_grant": "granted_by_grant",
 }
 
 
@@ -95,8 +107,39 @@ def aggregate_live(tool_ids: list[int], start: datetime, end: datetime) -> dict[
     )
     for audit_group in audit_groups:
         _count_audit(counts(audit_group["tool_id"], audit_group["hour"]), audit_group)
+    _count_acts(tool_ids, start, end, counts)
     count_active_steps(tool_ids, start, end, counts)
     return result
+
+
+def _count_acts(
+    tool_ids: list[int], start: datetime, end: datetime, counts: Callable[[int, datetime], HourCounts]
+) -> None:
+    """What rules and grants did, from RuleAct's (team, tool, at) index: acts name their tool by
+    name, so the tools' (team, name) pairs are read first (one indexed read of the tools)."""
+    tools = {
+        (team_id, name): pk
+        for pk, team_id, name in Tool.objects.filter(pk__in=tool_ids).values_list("pk", "team_id", "name")
+    }
+    acts = (
+        RuleAct.objects.filter(
+            team_id__in={team_id for team_id, _ in tools},
+            tool__in={name for _, name in tools},
+            at__gte=start,
+            at__lt=end,
+            outcome__in=list(ACT_COUNTERS),
+        )
+        .annotate(hour=TruncHour("at"))
+        .values("team_id", "tool", "hour", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for act in acts:
+        tool_id = tools.get((act["team_id"], act["tool"]))
+        if tool_id is not None:
+            name = ACT_COUNTERS[act["outcome"]]
+            found = counts(tool_id, act["hour"])
+            setattr(found, name, getattr(found, name) + act["n"])
 
 
 def _count_envelopes(counts: HourCounts, group: Mapping[str, Any]) -> None:

@@ -30,13 +30,17 @@ _PERCENTILES = {
     "properties": {"p50": _SECONDS, "p95": _SECONDS},
     "description": "Nearest-rank percentiles in seconds; null without samples.",
 }
+POLICY_COUNTS = (
+    "denied_by_rule", "held_by_rule", "approved_by_rule", "approved_by_grant",
+    "shadow_would_deny", "shadow_would_hold", "shadow_would_allow", "evaluation_errors",
+)  # fmt: skip
 METRICS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": [
         "tool", "since", "until", "envelopes", "documented_code_share", "unknown_outcomes",
         "resolved_by_verification", "duplicate_writes_prevented", "pending_recovery_seconds",
         "terminal_escalations", "approvals", "attempts_per_step", "attempt_budget_exhausted",
-        "redactions", "suspicious_text",
+        "redactions", "suspicious_text", "policy",
     ],
     "properties": {
         "tool": {"type": "string"},
@@ -65,14 +69,28 @@ METRICS_SCHEMA: dict[str, Any] = {
         "terminal_escalations": _COUNT,
         "approvals": {
             "type": "object",
-            "required": ["requested", "approved", "rejected", "expired", "latency_seconds"],
+            "required": ["requested", "approved", "rejected", "expired", "latency_seconds", "by"],
             "properties": {
                 "requested": _COUNT,
                 "approved": _COUNT,
                 "rejected": _COUNT,
                 "expired": _COUNT,
                 "latency_seconds": _PERCENTILES,
+                "by": {
+                    "type": "object",
+                    "required": ["reviewer", "rule", "grant"],
+                    "properties": {"reviewer": _COUNT, "rule": _COUNT, "grant": _COUNT},
+                    "description": "Who approved (§11): reviewers; allow rules; grants (a held step "
+                    "approved, or a call the gate let through on a grant).",
+                },
             },
+        },
+        "policy": {
+            "type": "object",
+            "required": list(POLICY_COUNTS),
+            "properties": dict.fromkeys(POLICY_COUNTS, _COUNT),
+            "description": "What rules and grants did (§11). The shadow counts and evaluation errors "
+            "count the whole UTC days the window touches.",
         },
         "attempts_per_step": {"type": ["number", "null"], "minimum": 0},
         "attempt_budget_exhausted": _COUNT,

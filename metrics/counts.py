@@ -35,6 +35,11 @@ class HourCounts:
     approvals_rejected: int = 0
     approvals_expired: int = 0
     attempt_budget_exhausted: int = 0
+    denied_by_rule: int = 0
+    held_by_rule: int = 0
+    approved_by_rule: int = 0
+    approved_by_grant: int = 0
+    granted_by_grant: int = 0
     by_code: Counter = field(default_factory=Counter)
     by_category: Counter = field(default_factory=Counter)
     undocumented: dict[str, dict[str, Any]] = field(default_factory=dict)

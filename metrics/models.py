@@ -30,6 +30,12 @@ COUNTERS = (
     "approvals_rejected",
     "approvals_expired",
     "attempt_budget_exhausted",
+    # What rules and grants did (contract §11), from the policy app's acts (policy.RuleAct).
+    "denied_by_rule",
+    "held_by_rule",
+    "approved_by_rule",
+    "approved_by_grant",
+    "granted_by_grant",
 )
 
 
@@ -59,6 +65,11 @@ class Rollup(models.Model):
     approvals_rejected = _counter()
     approvals_expired = _counter()
     attempt_budget_exhausted = _counter()
+    denied_by_rule = _counter()
+    held_by_rule = _counter()
+    approved_by_rule = _counter()
+    approved_by_grant = _counter()  # a held step approved by a grant
+    granted_by_grant = _counter()  # a call the gate let through on a grant
 
     by_code = models.JSONField(default=dict)  # error envelopes: {CODE: n}
     by_category = models.JSONField(default=dict)  # error envelopes: {category: n}
@@ -130,6 +141,11 @@ class ToolTotal(models.Model):
     approvals_rejected = _counter()
     approvals_expired = _counter()
     attempt_budget_exhausted = _counter()
+    denied_by_rule = _counter()
+    held_by_rule = _counter()
+    approved_by_rule = _counter()
+    approved_by_grant = _counter()
+    granted_by_grant = _counter()
 
     updated_at = models.DateTimeField(default=timezone.now)
 

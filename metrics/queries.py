@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, Sum
 
 from envelopes.lifecycle import HELD
 from envelopes.models import ErrorCode, Step, Tool
 from envelopes.rfc3339 import rfc3339
+from policy.models import RuleTally
 
 from .activity import attempts_per_step as _attempts_per_step
 from .activity import ceil_day, ceil_hour, floor_day, floor_hour
@@ -86,10 +87,68 @@ def _share(part: int, whole: int) -> float | None:
     return None if whole == 0 else part / whole
 
 
+@dataclass(frozen=True)
+class ShadowCounts:
+    """What shadow rules would have done, and the evaluations that failed (contract §11)."""
+
+    would_deny: int = 0
+    would_hold: int = 0
+    would_allow: int = 0
+    errors: int = 0
+
+
+SHADOW_BY_EFFECT = {"deny": "would_deny", "require_approval": "would_hold", "allow": "would_allow"}
+
+
+def shadow_counts(tools: list[Tool], since: datetime, until: datetime) -> dict[int, ShadowCounts]:
+    """Per tool, from the rules' daily tallies (policy.RuleTally): a window counts the whole UTC
+    days it touches. One grouped read on the (team, tool, day) index; its rows are at most the
+    rules naming the tools times the days, whatever the history holds."""
+    if not tools or since >= until:
+        return {}
+    by_name = {(tool.team_id, tool.name): tool.pk for tool in tools}
+    rows = (
+        RuleTally.objects.filter(
+            team_id__in={tool.team_id for tool in tools},
+            tool__in={tool.name for tool in tools},
+            day__gte=since.date(),
+            day__lte=(until - timedelta(microseconds=1)).date(),
+        )
+        .values("team_id", "tool", "effect")
+        .annotate(would=Sum("would_match"), failed=Sum("errors"))
+        .order_by()
+    )
+    found: dict[int, dict[str, int]] = {}
+    for row in rows:
+        tool_id = by_name.get((row["team_id"], row["tool"]))
+        if tool_id is None:
+            continue
+        entry = found.setdefault(tool_id, dict.fromkeys(("would_deny", "would_hold", "would_allow", "errors"), 0))
+        entry[SHADOW_BY_EFFECT.get(row["effect"], "would_hold")] += row["would"] or 0
+        entry["errors"] += row["failed"] or 0
+    return {tool_id: ShadowCounts(**entry) for tool_id, entry in found.items()}
+
+
+def approvals_by(counts: HourCounts) -> dict[str, int]:
+    """Who approved (contract §11 `approvals.by`): reviewers, rules, grants (a held step approved
+    by a grant, or a call the gate let through on one: each is an approval no human gave)."""
+    return {
+        "reviewer": counts.approvals_approved,
+        "rule": counts.approved_by_rule,
+        "grant": counts.approved_by_grant + counts.granted_by_grant,
+    }
+
+
 def metrics_representation(
-    tool: Tool, since: datetime, until: datetime, counts: HourCounts, attempts: float | None
+    tool: Tool,
+    since: datetime,
+    until: datetime,
+    counts: HourCounts,
+    attempts: float | None,
+    shadow: ShadowCounts | None = None,
 ) -> dict[str, Any]:
     """The metrics shape of contract §4 (`counts`: every hour of the window, merged)."""
+    shadow = shadow or ShadowCounts()
     return {
         "tool": tool.name,
         "since": rfc3339(since),
@@ -113,17 +172,29 @@ def metrics_representation(
             "rejected": counts.approvals_rejected,
             "expired": counts.approvals_expired,
             "latency_seconds": _p50_p95(counts.approval_latency_percentiles()),
+            "by": approvals_by(counts),
         },
         "attempts_per_step": attempts,
         "attempt_budget_exhausted": counts.attempt_budget_exhausted,
         "redactions": counts.redactions,
         "suspicious_text": counts.suspicious_text,
+        "policy": {
+            "denied_by_rule": counts.denied_by_rule,
+            "held_by_rule": counts.held_by_rule,
+            "approved_by_rule": counts.approved_by_rule,
+            "approved_by_grant": counts.approved_by_grant + counts.granted_by_grant,
+            "shadow_would_deny": shadow.would_deny,
+            "shadow_would_hold": shadow.would_hold,
+            "shadow_would_allow": shadow.would_allow,
+            "evaluation_errors": shadow.errors,
+        },
     }
 
 
 def tool_metrics(tool: Tool, since: datetime, until: datetime) -> dict[str, Any]:
     counts = merged(window_hours([tool.pk], since, until).values())
-    return metrics_representation(tool, since, until, counts, _attempts_per_step(counts, since))
+    shadow = shadow_counts([tool], since, until).get(tool.pk)
+    return metrics_representation(tool, since, until, counts, _attempts_per_step(counts, since), shadow)
 
 
 # --- series for the charts ---------------------------------------------------------------------
@@ -246,6 +317,16 @@ class ToolHeadline:
     @property
     def latency(self) -> dict[str, float | None]:
         return _p50_p95(self.counts.approval_latency_percentiles())
+
+    @property
+    def approvals_by(self) -> dict[str, int]:
+        return approvals_by(self.counts)
+
+    @property
+    def approvals_saved(self) -> int:
+        """Approvals rules and grants gave: the reviewer time saved."""
+        by = approvals_by(self.counts)
+        return by["rule"] + by["grant"]
 
 
 def overview(tools: list[Tool], since: datetime, until: datetime) -> list[ToolHeadline]:

@@ -39,6 +39,7 @@ from .queries import (
     held_now,
     metrics_representation,
     overview,
+    shadow_counts,
     tool_series,
     undocumented_codes,
 )
@@ -97,7 +98,8 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     now = timezone.now()
     since, until = window.bounds(now)
     series = tool_series(found, since, until, window.bin_size)
-    metrics = metrics_representation(found, since, until, series.total, attempts_per_step(series.total, since))
+    shadow = shadow_counts([found], since, until).get(found.pk)
+    metrics = metrics_representation(found, since, until, series.total, attempts_per_step(series.total, since), shadow)
     context = {
         "tool": found,
         "membership": membership,

@@ -33,6 +33,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from approvals.explain import policy_explained
 from envelopes.presenters import step_representation
 from envelopes.rfc3339 import rfc3339
 
@@ -155,6 +156,7 @@ class StepFacts:
     step_id: int | None = None
     etag: str = ""  # the step's ETag when the message was built (§10's Approve decides with it)
     proposal_facts: ProposalFacts | None = None  # the whole proposal, for Slack's Approve
+    policy: str | None = None  # which rule or grant held, refused or approved it (§11), in words
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -171,6 +173,7 @@ class StepFacts:
             "proposal": self.proposal,
             "url": self.url,
             "escalated_from": self.escalated_from,
+            "policy": self.policy,
         }
 
 
@@ -257,6 +260,7 @@ def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
         step_id=notice.step.pk,
         etag=f'"{notice.step.pk}.{notice.step.version}"',
         proposal_facts=proposal_facts(step),
+        policy=policy_explained(step.get("policy"), reason=str(step.get("reason") or "")),
     )
 
 
@@ -438,6 +442,8 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
         f"correlation_id: {facts.correlation_id or '-'}",
         f"reason: {facts.reason}   age: {facts.age}   expires: {facts.expires_at or '-'}",
     ]
+    if facts.policy:
+        lines.append(f"policy: {facts.policy}")
     if facts.escalated_from:
         lines.append(f"escalated from: {facts.escalated_from}")
     if facts.safe_details:

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from accounts.models import Team
 from approvals.queries import STEP_QUEUES
+from approvals.similar import made_grant
 from envelopes.apikit.pagination import StepCursor
 from envelopes.apikit.parsers import EnvelopeJSONParser, decode_json, read_limited
 from envelopes.apikit.serializers import StrictSerializer, validated
@@ -34,6 +35,7 @@ from .services import (
     decide_with_etag,
     decider_membership,
     decision_refusal_log,
+    grant_representation,
     step_etag,
     step_of_team,
     team_membership,
@@ -132,10 +134,20 @@ class JsonStringField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class GrantInput(StrictSerializer):
+    """`grant` in an approval's body (contract §11): "approve and allow similar"."""
+
+    when = JsonStringField(max_length=2048, required=False)
+    scope = serializers.ChoiceField(["run", "key", "team"])
+    expires_in_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False, default=3600)
+    max_uses = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=20)
+
+
 class DecisionInput(StrictSerializer):
     action = serializers.ChoiceField(Decision.Action.values)
     reason = JsonStringField(max_length=REASON_MAX, required=False, allow_blank=True, default="")
     input = serializers.DictField(required=False, allow_null=True)
+    grant = GrantInput(required=False, allow_null=True)
 
 
 def _action_of(request: Request) -> str:
@@ -173,10 +185,11 @@ class StepDecisionApi(ReviewerApiView):
             etag=request.headers.get("If-Match", ""),
             reason=data.get("reason") or "",
             edited_input=data.get("input"),
+            grant=data.get("grant"),
         )
         step = _for_step_shape(Step.objects.filter(pk=result.step.pk)).get()
-        return Response(
-            {"decision": decision_representation(result.decision), "step": step_representation(step)},
-            status=201,
-            headers={"ETag": step_etag(step)},
-        )
+        answer = {"decision": decision_representation(result.decision), "step": step_representation(step)}
+        made = made_grant(result, actor=request.user.get_username())
+        if made is not None and data.get("grant") is not None:
+            answer["grant"] = grant_representation(made)
+        return Response(answer, status=201, headers={"ETag": step_etag(step)})

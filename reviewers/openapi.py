@@ -25,13 +25,31 @@ DECISION_SCHEMA: dict[str, Any] = {
     },
 }
 
+GRANT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "tool", "when", "when_in_words", "scope", "created_by", "expires_at", "max_uses", "uses"],
+    "properties": {
+        "id": {"type": "integer"},
+        "tool": {"type": "string"},
+        "when": {"type": "string", "description": "CEL, as rules (§11)."},
+        "when_in_words": {"type": "string"},
+        "scope": {"type": "string", "enum": ["run", "key", "team"]},
+        "created_by": {"type": "string"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "expires_at": {"type": "string", "format": "date-time"},
+        "max_uses": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "uses": {"type": "integer", "minimum": 0},
+        "from_step": {"type": ["integer", "null"]},
+    },
+}
 DECISION_ANSWER = OpenApiResponse(
     response={
         "type": "object",
         "required": ["decision", "step"],
-        "properties": {"decision": DECISION_SCHEMA, "step": STEP_SCHEMA},
+        "properties": {"decision": DECISION_SCHEMA, "step": STEP_SCHEMA, "grant": GRANT_SCHEMA},
     },
-    description="Decided. `step` is the step after the decision; the ETag header is its new tag.",
+    description="Decided. `step` is the step after the decision; the ETag header is its new tag; "
+    "`grant`, when the approval carried one (§11), the standing grant it made.",
 )
 QUEUE_PAGE = OpenApiResponse(
     response={

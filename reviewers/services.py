@@ -20,12 +20,23 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import TEAM_SLUG_RE, Membership, Team
-from approvals.services import REASON_REQUIRED, DecisionRefused, DecisionResult, InputRefused, step_decide
+from approvals.services import (
+    REASON_REQUIRED,
+    DecisionRefused,
+    DecisionResult,
+    GrantNotMade,
+    InputRefused,
+    step_decide,
+)
+from approvals.similar import step_approve_with_grant
 from envelopes.errors import HoldpointError, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Decision, Step
 from envelopes.presenters import step_representation
+from envelopes.rfc3339 import rfc3339
 from envelopes.services import step_lock_for_decision
+from policy.models import Grant
+from policy.words import when_in_words
 
 from .errors import (
     DecisionInvalid,
@@ -162,8 +173,11 @@ def decide_with_etag(
     etag: str,
     reason: str = "",
     edited_input: dict[str, Any] | None = None,
+    grant: dict[str, Any] | None = None,
 ) -> DecisionResult:
-    """Decide on a step as `user`, only if it is still the version `etag` names.
+    """Decide on a step as `user`, only if it is still the version `etag` names. `grant`: with
+    an approval, a standing grant for similar calls (§11; `when` prefilled from the approved
+    input when the body has none).
 
     `etag`: the If-Match value (one or more entity tags). Raises, in this order: TeamNotFound
     (404), RoleRequired (403), StepNotFound (404), DecisionInvalid (422: unknown action, missing
@@ -181,10 +195,28 @@ def decide_with_etag(
             etag=etag,
             reason=reason,
             edited_input=edited_input,
+            grant=grant,
         )
     except HoldpointError as refused:
         decision_refusal_log(user=user, team_slug=team_slug, action=action, refused=refused)
         raise
+
+
+def grant_representation(grant: Grant) -> dict[str, Any]:
+    """A grant in the decision's answer and the CLI's line (contract §11's Grant)."""
+    return {
+        "id": grant.pk,
+        "tool": grant.tool,
+        "when": grant.when,
+        "when_in_words": when_in_words(grant.when),
+        "scope": grant.scope,
+        "created_by": grant.created_by,
+        "created_at": rfc3339(grant.created_at),
+        "expires_at": rfc3339(grant.expires_at),
+        "max_uses": grant.max_uses,
+        "uses": grant.uses,
+        "from_step": grant.from_step_id,
+    }
 
 
 def decision_refusal_log(*, user: User, team_slug: str, action: str, refused: HoldpointError) -> None:
@@ -208,6 +240,7 @@ def _decide_with_etag(
     etag: str,
     reason: str,
     edited_input: dict[str, Any] | None,
+    grant: dict[str, Any] | None,
 ) -> DecisionResult:
     team = decider_membership(user=user, team_slug=team_slug).team
     step = step_of_team(team, operation_ref)
@@ -220,6 +253,8 @@ def _decide_with_etag(
         )
     if edited_input is not None and action != "approve":
         raise DecisionInvalid("An edited input goes with approve only.", field="input", rule="approve_only")
+    if grant is not None and action != "approve":
+        raise DecisionInvalid("A grant goes with approve only.", field="grant", rule="approve_only")
     if not etag.strip() or etag.strip() == "*":
         raise PreconditionRequired("Send If-Match with the ETag of the step you decided on (GET the step).")
     with transaction.atomic():
@@ -237,21 +272,37 @@ def _decide_with_etag(
                 f"A step that is {locked.state.replace('_', ' ')} cannot be decided with {action}."
             )
         try:
-            result = step_decide(
-                team=team,
-                step_id=locked.pk,
-                actor=user,
-                action=action,
-                reason=reason,
-                expected_state=locked.state,
-                expected_since=locked.state_entered_at,
-                edited_input=edited_input,
-            )
+            if grant is not None:
+                result = step_approve_with_grant(
+                    team=team,
+                    step_id=locked.pk,
+                    actor=user,
+                    grant=grant,
+                    reason=reason,
+                    expected_state=locked.state,
+                    expected_since=locked.state_entered_at,
+                    edited_input=edited_input,
+                ).result
+            else:
+                result = step_decide(
+                    team=team,
+                    step_id=locked.pk,
+                    actor=user,
+                    action=action,
+                    reason=reason,
+                    expected_state=locked.state,
+                    expected_since=locked.state_entered_at,
+                    edited_input=edited_input,
+                )
         except PermissionError as refused:
             raise RoleRequired(str(refused)) from refused
         except DecisionRefused as refused:
             if refused.already_decided:
                 raise DecisionNotAllowed(str(refused)) from refused
+            if isinstance(refused, GrantNotMade):
+                raise DecisionInvalid(
+                    str(refused), field=refused.field, rule=refused.rule, code="grant_refused"
+                ) from refused
             if isinstance(refused, InputRefused):
                 raise DecisionInvalid(
                     str(refused), field=refused.field, rule=refused.rule, code="input_refused"

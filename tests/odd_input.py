@@ -102,6 +102,8 @@ POST_ONLY = frozenset(
         "rules:api-grant",
         "rules:grant-revoke",
         "approvals:step-decide",
+        "approvals:step-approve-similar",
+        "approvals:grant-words",
         "approvals:tool-resume",
         "approvals:tool-cancel-held",
         "approvals:api-key-revoke",

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from approvals import queries
+from approvals.explain import policy_explained
 from dashboard.once import url_host
 from dashboard.shell import teams_of
 from envelopes.rfc3339 import parse_rfc3339, rfc3339
@@ -167,3 +168,23 @@ def querystring_with(context: template.Context, name: str, value: str) -> str:
     if value:
         params[name] = value
     return f"?{params.urlencode()}" if params else "?"
+
+
+@register.filter
+def policy_words(step: Any) -> str:
+    """Which rule or grant held, refused or approved the step (§11), in a sentence; "" if none."""
+    return policy_explained(getattr(step, "policy", None), reason=getattr(step, "reason", "")) or ""
+
+
+@register.filter
+def decided_by(decision: Any) -> str:
+    """Who decided: the reviewer's name, or the rule or grant (§11) a decision names."""
+    if decision.reviewer_id is not None:
+        return str(decision.reviewer.get_username())
+    text = str(decision.decided_by)
+    if text.startswith("rule:"):
+        name, _, version = text[len("rule:") :].rpartition("@v")
+        return f"rule {name} (version {version})"
+    if text.startswith("grant:"):
+        return f"grant {text[len('grant:') :]}"
+    return text

@@ -113,12 +113,15 @@ class Reviewer:
         etag: str,
         reason: str | None = None,
         input: Mapping[str, Any] | None = None,
+        grant: Mapping[str, Any] | None = None,
     ) -> DecisionAnswer:
-        """Decide on the step version `etag` names. `input`: an edited input, for `approve`.
+        """Decide on the step version `etag` names. `input`: an edited input, for `approve`;
+        `grant`: with `approve`, a standing grant for similar calls (`{when?, scope, expires_in_s,
+        max_uses}`; without `when`, the server prefills it from the approved input).
 
         Raises StepChanged (412) when the step moved since, Unauthorized (401/403), NotFound,
         Conflict (409 `decision_not_allowed`), ValidationFailed (422, e.g. a missing reason)."""
-        body = drop_none({"action": action, "reason": reason, "input": input})
+        body = drop_none({"action": action, "reason": reason, "input": input, "grant": grant})
         call = ApiCall(
             "POST",
             team_step_path(team, operation_ref) + "/decisions",

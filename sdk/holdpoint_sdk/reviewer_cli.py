@@ -4,6 +4,7 @@
     holdpoint queue payments [--kind approvals|verifications|escalations]
     holdpoint show payments run_81/step_4
     holdpoint approve payments run_81/step_4 --etag '"41.7"' --reason "ok" [--input edited.json]
+    holdpoint approve payments run_81/step_4 --grant-scope key [--grant-when CEL] [--grant-expires-in 3600]
     holdpoint reject|cancel payments run_81/step_4 --reason "..."
     holdpoint mark-committed|permit-retry payments run_81/step_4 --reason "..."
     holdpoint rules pull payments > rules.yaml; holdpoint rules test|push payments rules.yaml
@@ -38,6 +39,7 @@ from .types import DecisionAction, QueueKind, Step
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 QUEUE_KINDS = ("approvals", "verifications", "escalations")
+GRANT_SCOPES = ("run", "key", "team")
 # Subcommand -> the decision's action.
 DECISIONS: dict[str, DecisionAction] = {
     "approve": "approve",
@@ -307,6 +309,19 @@ def _parser() -> argparse.ArgumentParser:
         )
         if name == "approve":
             decide.add_argument("--input", metavar="FILE.json", help="approve this edited input instead (- for stdin)")
+            similar = decide.add_argument_group(
+                "approve and allow similar", "also make a standing grant for calls like this one (--grant-scope)"
+            )
+            similar.add_argument(
+                "--grant-scope", choices=GRANT_SCOPES, help="the calls it covers: this run, key or team"
+            )
+            similar.add_argument(
+                "--grant-when", metavar="CEL", help="the condition (default: equality on the approved input's fields)"
+            )
+            similar.add_argument(
+                "--grant-expires-in", metavar="SECONDS", type=int, help="at most 604800 (7 days; default 3600)"
+            )
+            similar.add_argument("--grant-max-uses", metavar="N", type=int, help="1 to 1000 (default 20)")
     rules_cli.add_parser(commands)
 
     audit = commands.add_parser("audit", help="audit exports: verify one offline (no server, no token)")
@@ -315,6 +330,22 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("file", help="the export (GET /api/v1/teams/TEAM/audit, or manage.py exportaudit)")
     verify.add_argument("--jwks", metavar="URL|FILE", help="the receipt keys (/.well-known/holdpoint/jwks.json)")
     return parser
+
+
+def grant_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The decision body's `grant` from the --grant-* options; None without --grant-scope (and a
+    usage error when another --grant-* option came without it)."""
+    scope = getattr(args, "grant_scope", None)
+    given = {
+        "when": getattr(args, "grant_when", None),
+        "expires_in_s": getattr(args, "grant_expires_in", None),
+        "max_uses": getattr(args, "grant_max_uses", None),
+    }
+    if scope is None:
+        if any(value is not None for value in given.values()):
+            raise UsageError("--grant-when, --grant-expires-in and --grant-max-uses go with --grant-scope")
+        return None
+    return {"scope": scope, **{key: value for key, value in given.items() if value is not None}}
 
 
 def _print_json(value: Any, out: IO[str]) -> None:
@@ -348,10 +379,13 @@ def run(args: argparse.Namespace, reviewer: Reviewer, *, stdin: IO[str], stdout:
 
     action = DECISIONS[args.command]
     edited = read_input(args.input, stdin) if getattr(args, "input", None) else None
+    grant = grant_of(args)
     etag = args.etag
     if not etag:
         etag = reviewer.step(args.team, args.ref).etag
-    answer = reviewer.decide(args.team, args.ref, action=action, etag=etag, reason=args.reason, input=edited)
+    answer = reviewer.decide(
+        args.team, args.ref, action=action, etag=etag, reason=args.reason, input=edited, grant=grant
+    )
     if args.json:
         _print_json(answer, stdout)
         return EXIT_OK
@@ -362,6 +396,13 @@ def run(args: argparse.Namespace, reviewer: Reviewer, *, stdin: IO[str], stdout:
     )
     if edited is not None:
         line += f"; approved the edited input, sha256 {input_fingerprint(edited)}"
+    made = answer.get("grant")
+    if isinstance(made, Mapping):
+        line += (
+            f"\ngrant {safe(made.get('id'))}: similar calls of {safe(made.get('tool'))} "
+            f"where {safe(made.get('when_in_words') or made.get('when'))}; scope {safe(made.get('scope'))}, "
+            f"{safe(made.get('max_uses'))} uses at most, until {safe(made.get('expires_at'))}"
+        )
     stdout.write(line + "\n")
     return EXIT_OK
 

@@ -115,11 +115,26 @@ DecisionAction = Literal["approve", "reject", "mark_committed", "permit_retry", 
 QueueKind = Literal["approvals", "verifications", "escalations"]
 
 
+class GrantRecord(TypedDict, total=False):
+    """A standing grant made with an approval (contract §11)."""
+
+    id: int
+    tool: str
+    when: str
+    when_in_words: str
+    scope: str
+    created_by: str
+    expires_at: str
+    max_uses: int
+    uses: int
+
+
 class DecisionAnswer(TypedDict):
-    """The reviewer API's answer to a decision (contract §10)."""
+    """The reviewer API's answer to a decision (contract §10); `grant` when the approval made one."""
 
     decision: DecisionRecord
     step: Step
+    grant: NotRequired[GrantRecord]
 
 
 class ErrorCodeEntry(TypedDict):

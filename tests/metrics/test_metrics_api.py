@@ -37,8 +37,9 @@ def test_it_answers_the_contract_shape_for_the_window(acme) -> None:
         "tool", "since", "until", "envelopes", "documented_code_share", "unknown_outcomes",
         "resolved_by_verification", "duplicate_writes_prevented", "pending_recovery_seconds",
         "terminal_escalations", "approvals", "attempts_per_step", "attempt_budget_exhausted",
-        "redactions", "suspicious_text",
+        "redactions", "suspicious_text", "policy",
     ]
+    assert list(body["approvals"]) == ["requested", "approved", "rejected", "expired", "latency_seconds", "by"]
     assert (body["since"], body["until"]) == ("2026-11-20T10:00:00Z", "2026-11-20T12:00:00Z")
     assert body["envelopes"]["total"] == 14
     assert body["unknown_outcomes"] == 3

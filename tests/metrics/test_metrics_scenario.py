@@ -84,6 +84,7 @@ def test_approvals_and_their_decision_latency(metrics) -> None:
         "rejected": 1,
         "expired": 1,
         "latency_seconds": {"p50": 250.0, "p95": 500.0},  # the expiry is no decision
+        "by": {"reviewer": 1, "rule": 0, "grant": 0},
     }
 
 

@@ -40,11 +40,11 @@ def test_the_decision_documents_each_answer_of_section_10_with_examples(openapi_
     assert {example["value"]["action"] for example in request_examples.values()} == {"approve", "reject"}
     assert any("input" in example["value"] for example in request_examples.values())
     decided = operation["responses"]["201"]["content"]["application/json"]
-    assert set(decided["schema"]["properties"]) == {"decision", "step"}
+    assert set(decided["schema"]["properties"]) == {"decision", "step", "grant"}
     assert decided["examples"]
     assert operation["responses"]["412"]["content"]["application/problem+json"]["examples"]
     body = openapi_document["components"]["schemas"][
         operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     ]
     assert body["properties"]["action"]
-    assert set(body["properties"]) == {"action", "reason", "input"}
+    assert set(body["properties"]) == {"action", "reason", "input", "grant"}

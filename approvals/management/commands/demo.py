@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from accounts.models import Membership, Team
 from accounts.services import api_key_create, reviewer_create, team_create
+from approvals.demo_history import history_load, present_load, rules_load
 from approvals.services import step_decide
 from envelopes import errors, services
 from envelopes.configuration import error_code_upsert, tool_configure
@@ -104,6 +105,7 @@ class Command(BaseCommand):
         )
         tool_configure(team=team, name="send_email", settings={"max_attempts": 3}, actor="demo")
         tool_configure(team=team, name="enrich_contact", settings={"side_effects": False}, actor="demo")
+        tool_configure(team=team, name="refund", settings={"safe_detail_keys": ["limit"]}, actor="demo")
         for tool, code, fields in [
             (
                 "send_email",
@@ -142,6 +144,18 @@ class Command(BaseCommand):
                 },
             ),
             (
+                "refund",
+                "REFUND_NEEDS_APPROVAL",
+                {
+                    "category": "authorization",
+                    "retry_class": "escalate",
+                    "next_action": "request_approval",
+                    "side_effect": "before_commit",
+                    "description": "Refunds above the limit need a reviewer's approval.",
+                    "hint": "Wait for the approval, then retry with the same input.",
+                },
+            ),
+            (
                 "*",
                 "RATE_LIMITED",
                 {
@@ -155,6 +169,9 @@ class Command(BaseCommand):
             ),
         ]:
             error_code_upsert(team=team, tool_name=tool, code=code, fields=fields)
+        rules_load(team=team, actor=reviewer.get_username())
+        history_load(team=team, reviewers=[reviewer, second], now=now)
+        present_load(team=team, reviewer=reviewer, now=now)
 
         def post(body: dict[str, Any], *, dialect: str = "canonical", at: Any = None) -> Any:
             raw = json.dumps(body).encode()
