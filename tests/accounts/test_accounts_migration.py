@@ -76,7 +76,9 @@ sam.groups.add(auditors)
 """
 
 # Tables that migrations after the move add, besides it.
-LATER_TABLES = ["approvals_cancelallrequest"]
+LATER_TABLES = ["accounts_oidcidentity", "approvals_cancelallrequest"]
+# Columns that migrations after the move add, with the value every moved row gets.
+LATER_COLUMNS = {"memberships": {"source": "local"}}  # accounts 0002_membership_source
 
 # Run by either code: the rows of each model (by the labels given), and the tables there are.
 DUMP = """
@@ -192,6 +194,9 @@ def test_a_database_of_the_old_code_migrates_in_place_with_its_rows(tmp_path: Pa
         added = sorted(set(after["tables"]) - set(before["tables"]))
         assert added == LATER_TABLES
         after["tables"] = [name for name in after["tables"] if name not in LATER_TABLES]
+        for name, columns in LATER_COLUMNS.items():
+            for row in after[name]:
+                assert {column: row.pop(column) for column in columns} == columns
         assert after == before  # every row of every moved model, and not one table renamed or added
         assert [len(before[name]) for name, _, _ in MOVED] == [2, 2, 3, 3, 2, 1, 1]
         assert "envelopes_team" in after["tables"] and "approvals_decision" in after["tables"]
