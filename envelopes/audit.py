@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models import CharField, Max, OuterRef, Q, Subquery, Value
@@ -19,6 +19,18 @@ from accounts.models import Team
 from .models import AuditEvent, AuditSeal, Step, Tool
 
 GENESIS = "0" * 64
+
+
+class ChainHolder(Protocol):
+    """A chain's head kept by an app above the core (the rules app's team policy chain): links
+    of no step and no tool."""
+
+    team_id: int
+    audit_seq: int
+    audit_head: str
+
+    @property
+    def audit_chain(self) -> str: ...
 
 
 def _link_hash(prev_hash: str, fields: dict[str, Any]) -> str:
@@ -46,7 +58,7 @@ def _event_fields(event: AuditEvent) -> dict[str, Any]:
 
 def audit_append(
     *,
-    holder: Step | Tool,
+    holder: Step | Tool | ChainHolder,
     kind: str,
     actor: str,
     before: str = "",
@@ -75,7 +87,7 @@ def audit_append(
 
 def audit_link(
     *,
-    holder: Step | Tool,
+    holder: Step | Tool | ChainHolder,
     kind: str,
     actor: str,
     before: str = "",
@@ -88,10 +100,15 @@ def audit_link(
     """The next link of the holder's chain, hashed, not saved yet (`audit_append` saves it; the
     core's writer, transitions.plan_write, writes it with the rows of the same change). Advances the
     holder's `audit_seq` / `audit_head`."""
+    chain: str
+    step_id: int | None
+    tool_id: int | None
     if isinstance(holder, Step):
         chain, step_id, tool_id = f"step:{holder.pk}", holder.pk, holder.tool_id
-    else:
+    elif isinstance(holder, Tool):
         chain, step_id, tool_id = f"tool:{holder.pk}", None, holder.pk
+    else:
+        chain, step_id, tool_id = holder.audit_chain, None, None
     event = AuditEvent(
         team_id=holder.team_id,
         chain=chain,
@@ -114,17 +131,18 @@ def audit_link(
     return event
 
 
+def _seal_fields(seal: AuditSeal) -> dict[str, Any]:
+    return {
+        "team": seal.team_id,
+        "seq": seal.seq,
+        "heads": seal.heads,
+        "through": seal.through_event_id,
+        "created_at": seal.created_at.isoformat(),
+    }
+
+
 def _seal_hash(seal: AuditSeal) -> str:
-    return _link_hash(
-        seal.prev_hash,
-        {
-            "team": seal.team_id,
-            "seq": seal.seq,
-            "heads": seal.heads,
-            "through": seal.through_event_id,
-            "created_at": seal.created_at.isoformat(),
-        },
-    )
+    return _link_hash(seal.prev_hash, _seal_fields(seal))
 
 
 # How long a link may take from its INSERT to its COMMIT and still be sealed. Ids are handed
@@ -158,21 +176,31 @@ def audit_seal(*, team: Team, now: datetime | None = None) -> AuditSeal | None:
 def _seal_write(
     *, team: Team, last: AuditSeal | None, since_id: int, sealed: dict[str, list[Any]], now: datetime
 ) -> AuditSeal | None:
-    moved = AuditEvent.objects.filter(team=team, id__gt=since_id).values("chain").annotate(last_id=Max("id")).order_by()
+    moved = (
+        AuditEvent.objects.filter(team=team, id__gt=since_id)
+        .values("chain")
+        .annotate(last_id=Max("id"), last_seq=Max("seq"))
+        .order_by()
+    )
     rows = list(moved)
     if not rows:
         return None
-    # A chain's links are appended one at a time under its holder's row lock, each after the
-    # previous one committed: its link with the highest id is its head.
-    links = {
-        pk: [seq, link_hash]
-        for pk, seq, link_hash in AuditEvent.objects.filter(id__in=[row["last_id"] for row in rows]).values_list(
-            "id", "seq", "hash"
-        )
-    }
+    # A chain's head is its link with the highest seq, not the highest id: the links of one write
+    # (a decision and its transition) go in one statement, whose parts PostgreSQL runs in no set
+    # order. Looked up by (chain, seq), through audit_unique_link.
+    links: dict[tuple[str, int], str] = {}
+    for start in range(0, len(rows), HEADS_PER_QUERY):
+        match = Q(pk__in=[])
+        for row in rows[start : start + HEADS_PER_QUERY]:
+            match |= Q(chain=row["chain"], seq=row["last_seq"])
+        links.update(
+            {(chain, seq): link_hash for chain, seq, link_hash in AuditEvent.objects.filter(match).values_list(
+                "chain", "seq", "hash"
+            )}
+        )  # fmt: skip
     heads = {}
     for row in rows:
-        head = links[row["last_id"]]
+        head = [row["last_seq"], links[(row["chain"], row["last_seq"])]]
         if sealed.get(row["chain"]) != head:
             heads[row["chain"]] = head
     if not heads:

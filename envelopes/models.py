@@ -353,6 +353,9 @@ class Decision(models.Model):
     input_fingerprint = models.CharField(max_length=64, blank=True, default="")
     edited = models.BooleanField(default=False)
     edited_input = models.JSONField(null=True, blank=True)
+    # The signed receipt of the decision (contract §13; envelopes.receipts); "" on decisions made
+    # before receipts existed.
+    receipt = models.TextField(blank=True)
 
     class Meta:
         db_table = "approvals_decision"
@@ -525,15 +528,18 @@ class AuditEvent(models.Model):
         DECISION = "decision"
         CIRCUIT = "circuit"
         SETTINGS = "settings"  # a tool's recovery settings changed: who, and from what to what
+        POLICY = "policy"  # a team's rules or grants changed (its "policy:<team>" chain, no tool)
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    chain = models.CharField(max_length=40)  # "step:<id>" or "tool:<id>"
+    # team leads audit_team_step_seq_idx: no lone index.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
+    chain = models.CharField(max_length=40)  # "step:<id>", "tool:<id>" or "policy:<team id>"
     seq = models.PositiveIntegerField()
     # step and tool lead audit_step_seq_idx and audit_tool_kind_time_idx: no lone indexes (0009).
     step = models.ForeignKey(
         Step, on_delete=models.CASCADE, null=True, blank=True, related_name="audit_events", db_index=False
     )
-    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Null on a team's policy chain only (rules and grants belong to no one tool).
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+", db_index=False, null=True, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     actor = models.CharField(max_length=200)
     before = models.CharField(max_length=20, blank=True)
@@ -555,6 +561,9 @@ class AuditEvent(models.Model):
             # The step page's timeline: the step's links newest first (created_at desc, id desc),
             # read a page at a time without scanning the step's older links.
             models.Index(fields=["step", "created_at", "id"], name="audit_step_time_idx"),
+            # The audit export (envelopes.audit_export): a team's chains in (step, seq) order, a
+            # page at a time (its tools' chains: step IS NULL).
+            models.Index(fields=["team", "step", "seq"], name="audit_team_step_seq_idx"),
         ]
 
 
