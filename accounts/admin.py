@@ -1,4 +1,4 @@
-"""Admin for teams and their API keys.
+"""Admin for teams, their API keys, and users' single sign-on identities.
 
 API keys are created with `manage.py createapikey` (the key is shown once); here they can only
 be renamed and revoked.
@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .models import ApiKey, Team
+from .models import ApiKey, OidcIdentity, Team
 from .services import api_keys_revoke
 
 
@@ -50,3 +50,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         revoked = api_keys_revoke(queryset)
         self.message_user(request, f"Revoked {revoked} API key(s); their next request answers 401.", messages.SUCCESS)
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Who signs in as whom with single sign-on. Made at a user's first sign-in only; deleting
+    one unlinks it (the next sign-in with that identity creates a new user)."""
+
+    list_display = ["user", "subject", "issuer", "created_at"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -72,15 +72,21 @@ class Membership(models.Model):
         REVIEWER = "reviewer"
         ADMIN = "admin"
 
+    class Source(models.TextChoices):
+        LOCAL = "local"  # made in Holdpoint: createreviewer, the admin, the demo
+        CLAIM = "claim"  # made from the single sign-on roles claim, replaced at every sign-in
+
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
 
     class Meta:
         db_table = "approvals_membership"
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
             models.CheckConstraint(condition=Q(role__in=["viewer", "reviewer", "admin"]), name="membership_role_valid"),
+            models.CheckConstraint(condition=Q(source__in=["local", "claim"]), name="membership_source_valid"),
         ]
 
     def __str__(self) -> str:
@@ -93,3 +99,20 @@ class Membership(models.Model):
     @property
     def can_administer(self) -> bool:
         return self.role == self.Role.ADMIN
+
+
+class OidcIdentity(models.Model):
+    """Who a user is at an OpenID Connect provider: its issuer and the `sub` it gives them. A
+    sign-in finds its user by this pair only, never by a username or an email address, so an
+    account at the provider never takes over a local one that happens to share its name."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="oidcidentity_unique_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,7 +14,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .auth import api_keys_changed
+from .claims import ClaimedAccess
 from .models import ApiKey, Membership, Team
+
+logger = logging.getLogger(__name__)
 
 
 class AccountError(ValueError):
@@ -41,7 +45,10 @@ def reviewer_create(*, username: str, password: str, team: Team, role: str) -> U
         else:
             user.set_password(password)
             user.save()
-        Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+        # Made here, so `local`: a later sign-in's claim no longer replaces it.
+        Membership.objects.update_or_create(
+            user=user, team=team, defaults={"role": role, "source": Membership.Source.LOCAL}
+        )
     return user
 
 
@@ -64,3 +71,49 @@ def api_keys_revoke(keys: QuerySet[ApiKey], *, now: datetime | None = None) -> i
     if revoked:
         api_keys_changed()
     return revoked
+
+
+@dataclass(frozen=True)
+class ClaimApplied:
+    memberships: list[Membership]  # the user's memberships after the sign-in, by team slug
+    groups: dict[str, frozenset[str]]  # the groups the claim names, per team the user is in
+    unknown_teams: list[str]  # teams the claim names that do not exist (never created from a claim)
+
+
+@transaction.atomic
+def memberships_from_claim(*, user: User, claimed: ClaimedAccess) -> ClaimApplied:
+    """Set `user`'s memberships to what a sign-in's roles claim grants (contract §12): the
+    memberships a claim made before are replaced (changed, or removed when the claim no longer
+    names their team); a membership made in Holdpoint (`local`) stays as it is, whatever the
+    claim says of its team. A claim never creates a team."""
+    teams = {team.slug: team for team in Team.objects.filter(slug__in=[*claimed.roles, *claimed.groups])}
+    current = {
+        m.team_id: m
+        for m in Membership.objects.select_for_update(of=("self",)).select_related("team").filter(user=user)
+    }
+    for slug, role in claimed.roles.items():
+        team = teams.get(slug)
+        if team is None:
+            continue
+        membership = current.get(team.pk)
+        if membership is None:
+            current[team.pk] = Membership.objects.create(
+                user=user, team=team, role=role, source=Membership.Source.CLAIM
+            )
+        elif membership.source == Membership.Source.CLAIM and membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+    claimed_team_ids = {teams[slug].pk for slug in claimed.roles if slug in teams}
+    for team_id, membership in list(current.items()):
+        if membership.source == Membership.Source.CLAIM and team_id not in claimed_team_ids:
+            membership.delete()
+            del current[team_id]
+    member_of = {m.team_id for m in current.values()}
+    unknown = sorted(slug for slug in {*claimed.roles, *claimed.groups} if slug not in teams)
+    if unknown:
+        logger.info("sign-in of %s: the roles claim names unknown teams %s", user.get_username(), unknown)
+    return ClaimApplied(
+        memberships=sorted(current.values(), key=lambda m: m.team.slug),
+        groups={slug: names for slug, names in claimed.groups.items() if slug in teams and teams[slug].pk in member_of},
+        unknown_teams=unknown,
+    )

@@ -184,7 +184,11 @@ AUTH_PASSWORD_VALIDATORS = [
 # account, and nobody elsewhere can lock a reviewer out by failing on purpose.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's password backend, refusing everyone but superusers with HOLDPOINT_PASSWORD_LOGIN off.
+    "accounts.signin.PasswordBackend",
+    # OpenID Connect (mozilla-django-oidc, accounts/oidc.py): answers only its own callback, and
+    # only with OIDC_ISSUER set.
+    "accounts.oidc.OidcBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("HOLDPOINT_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("HOLDPOINT_LOGIN_COOLOFF_MINUTES", default=15))
@@ -194,6 +198,15 @@ AXES_DISABLE_ACCESS_LOG = True  # no row for every successful login
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_CLIENT_IP_CALLABLE = "limits.client_ip.client_ip"
 LOGIN_URL = "/accounts/login/"
+# Sessions end this long after they were last written (a sign-in writes one), whichever way the
+# user signed in.
+HOLDPOINT_SESSION_AGE_S = env.int("HOLDPOINT_SESSION_AGE_S", default=12 * 3600)
+SESSION_COOKIE_AGE = HOLDPOINT_SESSION_AGE_S
+# false: the password form is gone and password sign-in refused, except for superusers (who keep
+# /admin/login/ for when the identity provider is down).
+HOLDPOINT_PASSWORD_LOGIN = env.bool("HOLDPOINT_PASSWORD_LOGIN", default=True)
+# A reviewer token made without a chosen expiry lasts this many days (0: it never expires).
+HOLDPOINT_REVIEWER_TOKEN_DAYS = env.int("HOLDPOINT_REVIEWER_TOKEN_DAYS", default=90)
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
@@ -399,3 +412,21 @@ else:
     EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Holdpoint <holdpoint@localhost>")
 EMAIL_TIMEOUT = 10
+
+# --- single sign-on with OpenID Connect (contract §12; accounts/oidc.py) ----------------------
+# Empty OIDC_ISSUER: no single sign-on, the login page is the password form alone. The provider's
+# endpoints and keys come from its discovery document, OIDC_ISSUER/.well-known/openid-configuration.
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
+OIDC_RP_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
+# "Sign in with <name>" on the login page; empty: the issuer's host name.
+HOLDPOINT_OIDC_PROVIDER_NAME = env.str("HOLDPOINT_OIDC_PROVIDER_NAME", default="")
+# The claim (in the ID token or the userinfo answer) whose values holdpoint:TEAM:ROLE and
+# holdpoint:TEAM:group:NAME set a user's memberships and groups at every sign-in.
+HOLDPOINT_OIDC_ROLES_CLAIM = env.str("HOLDPOINT_OIDC_ROLES_CLAIM", default="groups")
+OIDC_RP_SCOPES = env.str("HOLDPOINT_OIDC_SCOPES", default="openid email profile")
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = 10  # seconds for each call to the provider (discovery, keys, token, userinfo)
+# The start and callback views are accounts.oidc's, routed by accounts/urls.py.

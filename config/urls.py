@@ -25,6 +25,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("", include("accounts.urls")),  # the login page and single sign-on, before auth's own
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("metrics.urls")),
     path("", include("webhooks.urls")),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -66,7 +67,11 @@ class NewReviewerToken:
 
 
 def reviewer_token_create(*, user: User, name: str, expires_at: datetime | None = None) -> NewReviewerToken:
-    """A new personal token for `user`; the raw token is in the answer only (stored hashed)."""
+    """A new personal token for `user`; the raw token is in the answer only (stored hashed).
+    Without `expires_at` it expires after HOLDPOINT_REVIEWER_TOKEN_DAYS (contract §12: 90 days
+    unless set otherwise; 0: never)."""
+    if expires_at is None and settings.HOLDPOINT_REVIEWER_TOKEN_DAYS:
+        expires_at = timezone.now() + timedelta(days=settings.HOLDPOINT_REVIEWER_TOKEN_DAYS)
     name = name.strip()
     if not name or len(name) > NAME_MAX or not name.isprintable():
         raise ValueError(f"a token's name is 1..{NAME_MAX} printable characters")

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.timezone import localtime
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.signin import RECENT_SIGN_IN, signed_in_recently
 from dashboard.once import ShownOnce, once_claim, once_token
 from dashboard.shell import HtmxHttpRequest, dashboard_login_required, memberships_of, page_render
 
@@ -26,9 +27,14 @@ def tokens(request: HtmxHttpRequest) -> HttpResponse:
     (never in a URL, a flash message or the session), and that answer is not cached; posting the
     same form again (a reload) creates nothing (dashboard/once.py)."""
     form, created, repeated, status = ReviewerTokenCreateForm(), None, False, 200
+    sign_in_again = False
     if request.method == "POST":
         form = ReviewerTokenCreateForm(request.POST)
-        if not form.is_valid():
+        if not signed_in_recently(request):
+            # Contract §12: a token outlives the session, so a session left open on a shared
+            # screen must not be enough to make one.
+            sign_in_again, status = True, 403
+        elif not form.is_valid():
             status = 400
         else:
             if once_claim(user_id=request.user.pk, purpose="reviewer-token", token=form.cleaned_data["once"]):
@@ -43,6 +49,8 @@ def tokens(request: HtmxHttpRequest) -> HttpResponse:
         "once": once_token(),
         "shown": _token_shown(created) if created is not None else None,
         "repeated": repeated,
+        "sign_in_again": sign_in_again,
+        "recent_minutes": int(RECENT_SIGN_IN.total_seconds() // 60),
         "memberships": memberships_of(request.user),
     }
     response = page_render(request, "reviewers/tokens.html", context, status=status)
