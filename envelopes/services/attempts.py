@@ -9,6 +9,8 @@ from typing import Any
 from django.utils import timezone
 
 from accounts.models import Team
+from telemetry import spans
+from telemetry.traceparent import incoming_trace_id
 
 from .. import lifecycle
 from ..errors import AttemptRefused
@@ -92,6 +94,7 @@ def attempt_request(
                 granted_at=now,
                 input=stored_input,
                 input_redacted=redacted,
+                trace_id=incoming_trace_id(),
             )
             proposal_remember(step, _proposal(attempt.number, fingerprint, accepted, now))
             return [attempt]
@@ -120,7 +123,10 @@ def attempt_request(
             rows=attempt_rows,
         )
 
-    plan = on_step_race(work, team=team)
+    with spans.span("holdpoint.gate", {spans.STEP_REF: operation_ref, spans.STEP_TOOL: tool_name}) as span:
+        plan = on_step_race(work, team=team)
+        # Issue 25's rules: pass `rule=(name, version)` of the rule that decided, when one did.
+        spans.gate_verdict_record(span, verdict=plan.outcome.refusal or "granted")
     step, outcome = plan.step, plan.outcome
     if step is None:
         raise AttemptRefused(

@@ -12,6 +12,7 @@ from typing import Any
 from django.utils import timezone
 
 from accounts.models import Team
+from telemetry.traceparent import incoming_trace_id
 
 from .. import lifecycle, schema
 from ..errors import EnvelopeInvalid, ToolMismatch
@@ -325,4 +326,5 @@ def envelope_build(
         flags=sorted(flags),
         documented=documented,
         step_closed=step_closed,
+        trace_id=incoming_trace_id(),
     )
