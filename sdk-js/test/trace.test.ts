@@ -6,10 +6,10 @@
  */
 
 import assert from "node:assert/strict";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { after, before, describe, it } from "node:test";
 
-import { TraceFlags, context, createTraceState, trace } from "@opentelemetry/api";
-import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { type Context, type ContextManager, ROOT_CONTEXT, TraceFlags, context, createTraceState, trace } from "@opentelemetry/api";
 
 import { Holdpoint } from "../src/index.js";
 import { fakeFetch, json, step } from "./support/fake-fetch.js";
@@ -17,9 +17,30 @@ import { fakeFetch, json, step } from "./support/fake-fetch.js";
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const SPAN_ID = "00f067aa0ba902b7";
 
+/** What an agent's OpenTelemetry set-up registers (the Node SDK's AsyncLocalStorage manager), in brief. */
+class AsyncLocalStorageManager implements ContextManager {
+  private readonly storage = new AsyncLocalStorage<Context>();
+  active(): Context {
+    return this.storage.getStore() ?? ROOT_CONTEXT;
+  }
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+    return this.storage.run(ctx, () => fn.call(thisArg, ...args));
+  }
+  bind<T>(_ctx: Context, target: T): T {
+    return target;
+  }
+  enable(): this {
+    return this;
+  }
+  disable(): this {
+    this.storage.disable();
+    return this;
+  }
+}
+
 describe("trace context", () => {
   before(() => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    context.setGlobalContextManager(new AsyncLocalStorageManager());
   });
   after(() => {
     context.disable();

@@ -36,7 +36,8 @@ CALL = textwrap.dedent(
         HTTP_TRACEPARENT="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     )
     spans.flush()
-    loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry.sdk.trace", "opentelemetry.exporter")))
+    ours = ("opentelemetry.sdk.trace", "opentelemetry.exporter")
+    loaded = sorted(name for name in sys.modules if name.startswith(ours))
     threads = sorted(thread.name for thread in threading.enumerate())
     print(json.dumps({"status": answer.status_code, "trace_id": answer.json()["step"]["trace_id"],
                       "loaded": loaded, "threads": threads}))
