@@ -3,8 +3,11 @@
 One rule for every task: a ring is skipped while the task's mark stands. A ring that reaches the
 broker sets the mark, for every process (the cache), for `quiet_s`; the task clears it as it
 starts (`doorbell_answered`), since from then on it can miss what commits, so the next ring must
-go. A burst of commits rings once, not once per commit. The mark is only a hint: a cache that
-cannot answer skips no ring, and a ring the broker refused leaves no mark, so the next one tries
+go. A burst of commits rings once, not once per commit. The mark is only a hint: while the cache
+cannot answer, each process keeps its own marks for at most LOCAL_QUIET_S (a task's start clears
+them only in its own process, so they are short: a burst rings about once a second per process,
+not once per commit, and nothing waits on a cache that is down: it is asked again after
+CACHE_RETRY_S), and a ring the broker refused leaves no mark, so the next one tries
 (config.celery.publish_hint pauses publishes after a failure). Never raises: what rang is
 committed, and the sweep covers a lost ring.
 
@@ -27,6 +30,15 @@ logger = logging.getLogger(__name__)
 
 MARK_KEY = "holdpoint:doorbell:{}"
 _clock = time.time  # the mark holds its end by this clock, which a test may set
+_monotonic = time.monotonic  # when to ask a down cache again, by this one
+CACHE_RETRY_S = 2.0  # after a cache failure, the cache is asked again after this long
+LOCAL_QUIET_S = 1.0  # the longest a process's own mark stands
+WARN_EVERY_S = 60.0
+# This process's marks while the cache is down (task name -> end), and when to ask it again. A
+# race between threads rings twice at worst, as an ended mark does.
+_local_marks: dict[str, float] = {}
+_cache_down_until = [0.0]
+_last_warning = [0.0]
 
 
 def doorbell_ring(task_name: str, *, quiet_s: float) -> bool:
@@ -46,27 +58,53 @@ def doorbell_ring(task_name: str, *, quiet_s: float) -> bool:
 
 def doorbell_answered(task_name: str) -> None:
     """The task has started (or no ring reached the broker): the next ring goes."""
+    _local_marks.pop(task_name, None)
+    if _cache_down():
+        return
     try:
         cache.delete(MARK_KEY.format(task_name))
-    except Exception:
-        logger.warning("the cache is unavailable; the doorbell's mark expires by itself", exc_info=True)
+    except Exception as error:
+        _cache_failed(error)
 
 
 def _mark(task_name: str, quiet_s: float) -> bool:
-    """Set the mark; True when this ring should go (it set it, or the cache cannot say)."""
+    """Set the mark; True when this ring should go (it set it, or no mark stands)."""
     key, now = MARK_KEY.format(task_name), _clock()
-    timeout = math.ceil(quiet_s) + 1  # the cache forgets a mark soon after it ends
-    try:
-        if cache.add(key, now + quiet_s, timeout=timeout):
+    if not _cache_down():
+        timeout = math.ceil(quiet_s) + 1  # the cache forgets a mark soon after it ends
+        try:
+            if cache.add(key, now + quiet_s, timeout=timeout):
+                return True
+            ends = cache.get(key)
+            if isinstance(ends, int | float) and now < ends:
+                return False
+            cache.set(key, now + quiet_s, timeout=timeout)  # an ended mark: two rings at worst
             return True
-        ends = cache.get(key)
-        if isinstance(ends, int | float) and now < ends:
-            return False
-        cache.set(key, now + quiet_s, timeout=timeout)  # an ended mark: two rings at worst
-        return True
-    except Exception:
-        logger.warning("the cache is unavailable; ringing for %s unmarked", task_name, exc_info=True)
-        return True
+        except Exception as error:
+            _cache_failed(error)
+    ends = _local_marks.get(task_name)
+    if ends is not None and now < ends:
+        return False
+    _local_marks[task_name] = now + min(quiet_s, LOCAL_QUIET_S)
+    return True
+
+
+def _cache_down() -> bool:
+    return _monotonic() < _cache_down_until[0]
+
+
+def _cache_failed(error: Exception) -> None:
+    """Ask the cache again only after CACHE_RETRY_S, and warn at most once a minute per process:
+    a down cache must not cost every commit a failed round trip and a logged traceback."""
+    now = _monotonic()
+    _cache_down_until[0] = now + CACHE_RETRY_S
+    if _last_warning[0] == 0.0 or now - _last_warning[0] >= WARN_EVERY_S:
+        _last_warning[0] = now
+        logger.warning(
+            "the cache cannot be reached (%s: %s); the doorbell keeps its marks in this process",
+            type(error).__name__,
+            error,
+        )
 
 
 def _task(task_name: str) -> Any:

@@ -128,8 +128,14 @@ def test_a_failed_enqueue_leaves_no_mark_so_the_next_event_tries_again(db, monke
     assert len(calls) == 2
 
 
-def test_without_a_cache_every_event_still_enqueues(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_without_a_cache_events_still_enqueue_about_once_a_second(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from outbound import doorbell
+
     sent: list[dict] = []
+    clock = [1000.0]
+    monkeypatch.setattr(doorbell, "_clock", lambda: clock[0])
+    monkeypatch.setattr(doorbell, "_local_marks", {})
+    monkeypatch.setattr(doorbell, "_cache_down_until", [0.0])
 
     def cache_down(*args: object, **kwargs: object) -> None:
         raise ConnectionError("redis down")
@@ -138,6 +144,9 @@ def test_without_a_cache_every_event_still_enqueues(monkeypatch) -> None:  # typ
     monkeypatch.setattr("outbound.doorbell.cache.add", cache_down)
     monkeypatch.setattr("outbound.doorbell.cache.delete", cache_down)
     enqueue_delivery()
+    enqueue_delivery()  # this process's own mark stands while the cache is down
+    assert len(sent) == 1
+    clock[0] += doorbell.LOCAL_QUIET_S + 0.1  # a delivery that started elsewhere cannot clear it
     enqueue_delivery()
     assert len(sent) == 2
 
