@@ -538,7 +538,7 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
             if decision.edited and decision.edited_input is not None:
                 edits.setdefault(decision.input_fingerprint, []).append(decision)
                 continue
-            name = decision.reviewer.get_username()
+            name = decision.decider
             if name not in approvers:
                 approvers.append(name)
             you_approved = you_approved or decision.reviewer_id == user.pk
@@ -553,7 +553,7 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
         edited_input = decisions[0].edited_input
         assert edited_input is not None
         changes, more = input_changes(proposal.input if proposal else None, edited_input)
-        names = list(dict.fromkeys(decision.reviewer.get_username() for decision in decisions))
+        names = list(dict.fromkeys(decision.decider for decision in decisions))
         you = any(decision.reviewer_id == user.pk for decision in decisions)
         pending.append(EditedApproval(fingerprint, edited_input, names, you, changes, more))
     return DecisionPanel(

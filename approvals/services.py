@@ -142,6 +142,7 @@ def step_decide(
     decision = Decision(
         step=step,
         reviewer=actor,
+        decided_by=username,
         action=action,
         reason=reason,
         decided_at=now,

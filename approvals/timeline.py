@@ -211,7 +211,7 @@ def _with_decision_audits(step: Step, entries: list[TimelineEntry]) -> list[Time
     )
     by_actor_and_time = {(link.actor, link.created_at): link for link in links}
     return [
-        replace(entry, audit=by_actor_and_time.get((entry.item.reviewer.get_username(), entry.at)))
+        replace(entry, audit=by_actor_and_time.get((entry.item.decider, entry.at)))
         if entry.kind == "decision"
         else entry
         for entry in entries

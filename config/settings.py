@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "accounts",
+    "policy",
     "envelopes",
     "approvals",
     "webhooks",

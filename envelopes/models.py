@@ -187,6 +187,14 @@ class Step(models.Model):
     # lapse if sooner; swept by beat (Snapshot.due_at).
     due_at = models.DateTimeField(null=True, blank=True)
     state_entered_at = models.DateTimeField(default=timezone.now)
+    # A hold by rule (contract §11): the approvals it needs and the group that gives them (null
+    # and "": the tool's), and what rule or grant last held, refused or approved the step (§4
+    # `policy`; policy.explain writes it).
+    approvals_needed = models.PositiveSmallIntegerField(null=True, blank=True)
+    approver_group = models.CharField(max_length=40, blank=True)
+    policy = models.JSONField(null=True, blank=True)
+    # The API key of the last call to the gate: a grant of scope `key` made from the step is its.
+    last_key_id = models.BigIntegerField(null=True, blank=True)
     last_envelope = models.ForeignKey("Envelope", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     version = models.PositiveIntegerField(default=1)
     audit_seq = models.PositiveIntegerField(default=0)
@@ -269,6 +277,11 @@ class Step(models.Model):
         return self.state in TERMINAL
 
     @property
+    def approvals_required(self) -> int:
+        """How many distinct approvals release the step: a rule's hold's, else the tool's."""
+        return self.approvals_needed or self.tool.required_approvals
+
+    @property
     def approvals_count_since(self) -> datetime:
         """Since when approvals of its binding count towards the quorum: the binding's review
         (every step in awaiting_approval has one), else the state's entry, the narrower window."""
@@ -308,6 +321,8 @@ class Attempt(models.Model):
     # stored: redacted (envelopes.proposal.input_redact). None: the agent sent no input.
     input = models.JSONField(null=True, blank=True)
     input_redacted = models.BooleanField(default=False)
+    # The standing grant this attempt used (contract §11): {id, created_by}; None: none did.
+    grant = models.JSONField(null=True, blank=True)
     trace_id = models.CharField(max_length=32, blank=True, default="", db_default="")  # the request's W3C trace (§13)
 
     class Meta:
@@ -316,8 +331,9 @@ class Attempt(models.Model):
 
 
 class Decision(models.Model):
-    """A reviewer's act on a held step. Append-only. Its table is still approvals_decision: the
-    model moved here from the approvals app in migration state only."""
+    """A reviewer's act on a held step, or a rule's or grant's approval (§11: `reviewer` null,
+    `decided_by` naming it). Append-only. Its table is still approvals_decision: the model moved
+    here from the approvals app in migration state only."""
 
     class Action(models.TextChoices):
         APPROVE = "approve"
@@ -327,7 +343,11 @@ class Decision(models.Model):
         CANCEL = "cancel"
 
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="decisions")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    # Who decided: the reviewer's username, "rule:<name>@v<version>" or "grant:<id>".
+    decided_by = models.CharField(max_length=200, blank=True)
     action = models.CharField(max_length=20, choices=Action.choices)
     reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(default=timezone.now)
@@ -356,8 +376,20 @@ class Decision(models.Model):
                 | (Q(edited=True, edited_input__isnull=False) & ~Q(input_fingerprint="")),
                 name="decision_edited_has_input",
             ),
+            # No human: a rule or a grant decided (contract §11), and it is named.
+            models.CheckConstraint(
+                condition=Q(reviewer__isnull=False)
+                | Q(decided_by__startswith="rule:")
+                | Q(decided_by__startswith="grant:"),
+                name="decision_reviewer_or_policy",
+            ),
         ]
         indexes = [models.Index(fields=["step", "action", "decided_at"], name="decision_step_action_idx")]
+
+    @property
+    def decider(self) -> str:
+        """Who decided, in words: the reviewer's username, or the rule's or grant's name."""
+        return self.reviewer.get_username() if self.reviewer is not None else self.decided_by
 
 
 class ProposedInput(models.Model):

@@ -59,11 +59,52 @@ def _edited_binding(step: Step, decisions: list[Decision]) -> Decision | None:
     return None
 
 
+def decided_by_representation(decision: Decision) -> dict[str, Any]:
+    """§4's `decided_by` of a decision: a reviewer, or the rule or grant its `decided_by` names
+    ("rule:<name>@v<version>", "grant:<id>")."""
+    text = decision.decided_by
+    if decision.reviewer_id is None and text.startswith("rule:"):
+        name, _, version = text[len("rule:") :].rpartition("@v")
+        rule = {"name": name, "version": int(version) if version.isdigit() else None}
+        return {"kind": "rule", "reviewer": None, "rule": rule, "grant": None}
+    if decision.reviewer_id is None and text.startswith("grant:"):
+        grant_id = text[len("grant:") :]
+        grant = {"id": int(grant_id) if grant_id.isdigit() else grant_id}
+        return {"kind": "grant", "reviewer": None, "rule": None, "grant": grant}
+    return {"kind": "reviewer", "reviewer": decision.decider, "rule": None, "grant": None}
+
+
+def decision_reviewer(decision: Decision) -> str:
+    """The decision's `reviewer` on the wire: the username, or for a rule's or grant's decision
+    its `decided_by` text, so that v1 readers of a string keep one."""
+    return decision.decider
+
+
+def policy_representation(policy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """§4's `policy` of a step from what the gate or a hold stored (`Step.policy`): the effect,
+    the rule (name, version, when) or grant (id, maker, expiry, uses left), and when."""
+    if not policy:
+        return None
+    rule = grant = None
+    if policy.get("kind") == "rule":
+        rule = {"name": policy.get("name"), "version": policy.get("version"), "when": policy.get("when")}
+    elif policy.get("kind") == "grant":
+        grant = {
+            "id": policy.get("id"),
+            "created_by": policy.get("created_by"),
+            "expires_at": policy.get("expires_at"),
+            "uses_left": policy.get("uses_left"),
+            "when": policy.get("when"),
+        }
+    return {"effect": policy.get("effect"), "rule": rule, "grant": grant, "evaluated_at": policy.get("evaluated_at")}
+
+
 def decision_representation(decision: Decision) -> dict[str, Any]:
     """A decision in the §4 step shape and the §5 `step.decided` body."""
     return {
         "action": decision.action,
-        "reviewer": decision.reviewer.get_username(),
+        "reviewer": decision_reviewer(decision),
+        "decided_by": decided_by_representation(decision),
         "reason": decision.reason,
         "decided_at": rfc3339(decision.decided_at),
         "input_fingerprint": decision.input_fingerprint or None,  # "" when none
@@ -120,6 +161,7 @@ def step_representation(
         "last_envelope": envelope_summary(step.last_envelope),
         "decisions": [decision_representation(decision) for decision in decisions],
         "proposal": proposal.as_dict() if proposal is not None else None,
+        "policy": policy_representation(step.policy),
         "created_at": rfc3339(step.created_at),
         "updated_at": rfc3339(step.updated_at),
         "url": step_url(step),

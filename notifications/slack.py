@@ -396,7 +396,7 @@ def _already_decided(step: Any) -> str:
     )
     state = step.state.replace("_", " ")
     if decision is not None:
-        return f"Already decided by {decision.reviewer.get_username()} ({decision.action}): {what} is now {state}."
+        return f"Already decided by {decision.decider} ({decision.action}): {what} is now {state}."
     return f"Not decided: {what} is now {state} ({step.reason})."
 
 

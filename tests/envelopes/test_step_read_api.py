@@ -25,6 +25,7 @@ STEP_KEYS = {
     "last_envelope",
     "decisions",
     "proposal",
+    "policy",  # v1.2, §11: the rule or grant that last acted on the step
     "created_at",
     "updated_at",
     "url",

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     database default stays, so a process of the release before (a rolling deploy) still inserts."""
 
     dependencies = [
-        ("envelopes", "0012_team_apikey_out_decision_in"),
+        ("envelopes", "0013_step_policy"),
     ]
 
     operations = [
