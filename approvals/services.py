@@ -15,12 +15,16 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Membership, Team
 from accounts.services import NewApiKey, api_key_create, api_keys_revoke
+from envelopes import policy_acts
 from envelopes import services as step_services
 from envelopes.errors import InputInvalid, StepNotFound
 from envelopes.lifecycle import State, allowed_reviewer_actions
 from envelopes.models import Decision, Step, Tool
 from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
 from outbound.doorbell import doorbell_answered, doorbell_ring
+from policy.errors import GrantRefused
+from policy.services import grant_create
+from policy.words import grant_when_from_input
 
 from .models import CancelAllRequest
 
@@ -43,6 +47,29 @@ class InputRefused(DecisionRefused):
     `not_editable` when the proposal is absent or redacted, `not_approve` on another act)."""
 
     def __init__(self, message: str, *, rule: str, field: str = "input") -> None:
+        super().__init__(message)
+        self.field = field
+        self.rule = rule
+
+
+class DeniedByRule(DecisionRefused):
+    """An approval (plain or edited) of an input that an enforced deny rule matches (contract
+    §11): refused in every channel with `code` denied_by_rule, naming the rule."""
+
+    code = "denied_by_rule"
+
+    def __init__(self, message: str, *, rule: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class GrantNotMade(DecisionRefused):
+    """An approval asked to make a grant that cannot be made (`field`, `rule` as
+    policy.errors.GrantRefused says): nothing is decided."""
+
+    code = "grant_refused"
+
+    def __init__(self, message: str, *, field: str, rule: str) -> None:
         super().__init__(message)
         self.field = field
         self.rule = rule
@@ -81,9 +108,15 @@ def step_decide(
     expected_state: str | None = None,
     expected_since: datetime | None = None,
     edited_input: dict[str, Any] | None = None,
+    grant: dict[str, Any] | None = None,
 ) -> DecisionResult:
     """Record a reviewer's decision and, when it is final, move the step. The one decision
     service: the dashboard's forms, the reviewer API and chat buttons all call it.
+
+    No approval of an input an enforced deny rule matches (DeniedByRule, contract §11). With an
+    approval, `grant` (`{when?, scope, expires_in_s?, max_uses?}`) also makes a standing grant
+    for calls like it in the same transaction ("Approve and allow similar"; `when` defaults to
+    equality on the approved input's scalar fields; GrantNotMade when it cannot be made).
 
     `expected_state` and `expected_since` are the state the reviewer saw and when the step
     entered it: if the step moved since (even out of that state and back), nothing happens and
@@ -116,6 +149,7 @@ def step_decide(
     username = actor.get_username()
     approvals_so_far = 0
     fingerprint, edited = "", False
+    approved_input: Any = None
     if action == "approve":
         fingerprint = step.approval_fingerprint
         if edited_fingerprint is not None:
@@ -138,6 +172,17 @@ def step_decide(
                 "You already approved this input; a second reviewer must approve it.", already_decided=True
             )
         approvals_so_far = earlier.values("reviewer").distinct().count() + 1
+        approved_input = _approved_input(step, edited_input if edited else None)
+        denied = policy_acts.review_denial(team=team, step=step, input=approved_input, now=now)
+        if denied.effect is not None:
+            rule = denied.rule
+            raise DeniedByRule(
+                f"The rule {rule.name} (version {rule.version}) refuses this input ({rule.when}): "
+                "it cannot be approved; the agent must change it.",
+                rule={"name": rule.name, "version": rule.version},
+            )
+    elif grant is not None:
+        raise GrantNotMade("Only an approval can make a grant.", field="grant", rule="not_approve")
     # Written with the step's change, in the same plan (envelopes.services.step_decision_apply).
     decision = Decision(
         step=step,
@@ -150,15 +195,56 @@ def step_decide(
         edited=edited,
         edited_input=edited_input if edited else None,
     )
+    # A permitted retry of an input under review sends it back to review (§3 v1.2): the team's
+    # rules are asked of it there, as of any step that starts waiting for approval (§11).
+    consult = (
+        policy_acts.consult_for_review(team=team, step=step, now=now)
+        if action == "permit_retry" and step.snapshot().under_review
+        else None
+    )
     transitioned = step_services.step_decision_apply(
         step=step,
         decision=decision,
-        final=action != "approve" or approvals_so_far >= step.tool.required_approvals,
+        final=action != "approve" or approvals_so_far >= step.approvals_required,
         actor=username,
         now=now,
         edited=edited,
+        policy=consult,
     )
+    if consult is not None:
+        step_services.hold_act(step=step, consult=consult, now=now)
+    if grant is not None:
+        _grant_from_approval(team=team, step=step, grant=grant, approved_input=approved_input, actor=username)
     return DecisionResult(decision=decision, step=step, transitioned=transitioned, approvals_so_far=approvals_so_far)
+
+
+def _approved_input(step: Step, edited_input: dict[str, Any] | None) -> Any:
+    """The input an approval approves: the reviewer's edit, else the proposal as stored."""
+    if edited_input is not None:
+        return edited_input
+    proposal = proposal_of(step)
+    return proposal.input if proposal is not None else None
+
+
+def _grant_from_approval(*, team: Team, step: Step, grant: dict[str, Any], approved_input: Any, actor: str) -> None:
+    scope = grant.get("scope", "run")
+    scope_value = {"run": step.run_id, "key": str(step.last_key_id or ""), "team": ""}.get(str(scope), "")
+    when = grant.get("when") or grant_when_from_input(approved_input if isinstance(approved_input, dict) else None)
+    try:
+        grant_create(
+            team=team,
+            tool=step.tool.name,
+            when=when,
+            scope=scope,
+            scope_value=scope_value,
+            expires_in_s=grant.get("expires_in_s"),
+            max_uses=grant.get("max_uses"),
+            actor=actor,
+            from_step_id=step.pk,
+            required_approvals=step.approvals_required,
+        )
+    except GrantRefused as refused:
+        raise GrantNotMade(str(refused), field=f"grant.{refused.field}", rule=refused.rule) from refused
 
 
 def _edited_input_fingerprint(action: str, edited_input: dict[str, Any] | None) -> str | None:

@@ -128,8 +128,9 @@ def parse_target(text: str) -> Target:
 
 
 def kind_of(name: str) -> str:
-    """What a target is sent, by its name: attempt-input*, attempt*, held*, or an envelope."""
-    for kind in ("attempt-input", "attempt", "held"):
+    """What a target is sent, by its name: attempt-input*, attempt-rules* (the same ~1 KiB input,
+    for the team with 50 rules and a grant: bench_setup.py), attempt*, held*, or an envelope."""
+    for kind in ("attempt-input", "attempt-rules", "attempt", "held"):
         if name.startswith(kind):
             return kind
     return "envelope"
@@ -153,7 +154,7 @@ class Bodies:
         self.prefix = f"bench/{run_tag}/{target.name}/".encode()
         if self.kind.startswith("attempt"):
             body = dict(ATTEMPT)
-            if self.kind == "attempt-input":
+            if self.kind in ("attempt-input", "attempt-rules"):
                 body |= {"input": ATTEMPT_INPUT, "input_fingerprint": jcs_sha256(ATTEMPT_INPUT)}
             self.fixed = json.dumps(body, separators=(",", ":")).encode()
             self.prefix = self.prefix.replace(b"/", b"%2F")

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "notifications",
     "dashboard",
     "reviewers",
+    "rules",
 ]
 
 # config.api_lane's classes are Django's and the libraries' own, skipped for the agent API

@@ -28,6 +28,7 @@ urlpatterns = [
     path("", include("webhooks.urls")),
     path("", include("notifications.urls")),
     path("", include("reviewers.urls")),
+    path("", include("rules.urls")),
     path("", include("approvals.urls")),
 ]
 # Registered last, so the metrics app's API routes (included above) match first.

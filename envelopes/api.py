@@ -43,6 +43,11 @@ def request_team(request: Request) -> Team:
     return request.auth.team
 
 
+def _request_key(request: Request) -> ApiKey:
+    assert isinstance(request.auth, ApiKey)  # HasTeamKey let the request in
+    return request.auth
+
+
 class _Unstored(Exception):
     """An answer not to replay (5xx): the work's transaction rolls back and the key is released."""
 
@@ -117,7 +122,9 @@ class EnvelopeIngestApi(APIView):
 
         def work() -> Response:
             team = request_team(request)
-            answer = services.envelope_ingest(team=team, payload=payload, dialect=dialect, raw_body=raw_body)
+            answer = services.envelope_ingest(
+                team=team, payload=payload, dialect=dialect, raw_body=raw_body, api_key=_request_key(request)
+            )
             return Response(answer.as_dict(), status=201)
 
         return _idempotent(request, "envelopes", body_fingerprint(dialect, raw_body), work)
@@ -203,7 +210,7 @@ class AttemptRequestApi(APIView):
                 "run_id": data.get("run_id", ""),
                 "correlation_id": data.get("correlation_id", ""),
             }
-            grant = services.attempt_request(**fields, input=data.get("input"))
+            grant = services.attempt_request(**fields, input=data.get("input"), api_key=_request_key(request))
             return Response(grant.as_dict(), status=201)
 
         return _idempotent(request, "attempts", body_fingerprint(ref, raw_body), work)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models import CharField, Max, OuterRef, Q, Subquery, Value
@@ -19,6 +19,18 @@ from accounts.models import Team
 from .models import AuditEvent, AuditSeal, Step, Tool
 
 GENESIS = "0" * 64
+
+
+class ChainHolder(Protocol):
+    """A chain's head kept by an app above the core (the rules app's team policy chain): links
+    of no step and no tool."""
+
+    team_id: int
+    audit_seq: int
+    audit_head: str
+
+    @property
+    def audit_chain(self) -> str: ...
 
 
 def _link_hash(prev_hash: str, fields: dict[str, Any]) -> str:
@@ -46,7 +58,7 @@ def _event_fields(event: AuditEvent) -> dict[str, Any]:
 
 def audit_append(
     *,
-    holder: Step | Tool,
+    holder: Step | Tool | ChainHolder,
     kind: str,
     actor: str,
     before: str = "",
@@ -75,7 +87,7 @@ def audit_append(
 
 def audit_link(
     *,
-    holder: Step | Tool,
+    holder: Step | Tool | ChainHolder,
     kind: str,
     actor: str,
     before: str = "",
@@ -88,10 +100,15 @@ def audit_link(
     """The next link of the holder's chain, hashed, not saved yet (`audit_append` saves it; the
     core's writer, transitions.plan_write, writes it with the rows of the same change). Advances the
     holder's `audit_seq` / `audit_head`."""
+    chain: str
+    step_id: int | None
+    tool_id: int | None
     if isinstance(holder, Step):
         chain, step_id, tool_id = f"step:{holder.pk}", holder.pk, holder.tool_id
-    else:
+    elif isinstance(holder, Tool):
         chain, step_id, tool_id = f"tool:{holder.pk}", None, holder.pk
+    else:
+        chain, step_id, tool_id = holder.audit_chain, None, None
     event = AuditEvent(
         team_id=holder.team_id,
         chain=chain,

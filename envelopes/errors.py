@@ -44,13 +44,21 @@ class AttemptRefused(HoldpointError):
     status, title = 409, "Attempt refused"
 
     def __init__(
-        self, code: str, detail: str, *, step: Step | None, directive: dict, retry_after: datetime | None
+        self,
+        code: str,
+        detail: str,
+        *,
+        step: Step | None,
+        directive: dict,
+        retry_after: datetime | None,
+        rule: dict | None = None,
     ) -> None:
         super().__init__(detail)
         self.code = code
         self.step = step
         self.directive = directive
         self.retry_after = retry_after
+        self.rule = rule  # `rule: {name, version}` of a refusal by rule (§4 v1.2)
 
 
 class EnvelopeInvalid(HoldpointError):

@@ -19,6 +19,7 @@ from envelopes.lifecycle_events import (
     EnvelopeRejected,
     Event,
     ReviewerActed,
+    RuleDenied,
     TimerFired,
     VerificationReported,
 )
@@ -64,11 +65,20 @@ ACTION = {
 # Why a step is in its state (contract §4), by state.
 REASONS: dict[State, frozenset[str]] = {
     State.IN_PROGRESS: frozenset({"attempt_granted"}),
-    State.NEEDS_INPUT: frozenset({"input_fix_required"}),
+    State.NEEDS_INPUT: frozenset({"input_fix_required", "denied_by_rule"}),
     State.WAITING_RETRY: frozenset({"retry_not_before"}),
-    State.RETRY_READY: frozenset({"retry_window_open", "approved", "verified_not_found", "retry_permitted"}),
+    State.RETRY_READY: frozenset(
+        {
+            "retry_window_open",
+            "approved",
+            "verified_not_found",
+            "retry_permitted",
+            "approved_by_rule",
+            "approved_by_grant",
+        }
+    ),
     State.VERIFYING: frozenset({"verification_required", "attempt_unreported"}),
-    State.AWAITING_APPROVAL: frozenset({"approval_pending", "approval_mismatch"}),
+    State.AWAITING_APPROVAL: frozenset({"approval_pending", "approval_mismatch", "approval_required_by_rule"}),
     State.ESCALATED: frozenset(
         {
             "escalation_requested",
@@ -115,7 +125,8 @@ EDGES: dict[State, frozenset[State]] = {
     State.RETRY_READY: (_AGENT_MOVES | {State.IN_PROGRESS, State.CANCELLED}) - {State.RETRY_READY},
     # A permitted retry of an input only under review goes back to its reviewers.
     State.VERIFYING: _RELEASES | {State.AWAITING_APPROVAL},
-    State.AWAITING_APPROVAL: _RELEASES,
+    # A deny rule matching the input under review sends it back to the agent (§11).
+    State.AWAITING_APPROVAL: _RELEASES | {State.NEEDS_INPUT},
     State.ESCALATED: (_RELEASES | {State.AWAITING_APPROVAL}) - {State.ESCALATED},
     State.SUCCEEDED: frozenset(),
     State.CANCELLED: frozenset(),
@@ -331,6 +342,8 @@ def advance(before: Snapshot, event: Event, now: datetime) -> Outcome:
         return _on_timer(before, event, now)
     if isinstance(event, ReviewerActed):
         return _on_reviewer(before, event, now)
+    if isinstance(event, RuleDenied):
+        return _on_rule_denied(before)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -405,6 +418,33 @@ def _grant(before: Snapshot, fingerprint: str) -> Outcome:
     return Outcome(after=after, changed=True, granted=True)
 
 
+def _grant_unless_ruled(before: Snapshot, event: AttemptRequested, now: datetime) -> Outcome:
+    """A call the §4 rules grant, unless the team's rules said otherwise (§11): a deny refuses
+    it to needs_input, a hold sends it to a reviewer with its input under review. Not for the
+    input an approval bound: the approval answered the rules for it."""
+    if before.approved_at is not None and before.approval_fingerprint == event.fingerprint:
+        return _grant(before, event.fingerprint)
+    if event.rule_effect == "deny":
+        return _refuse(before, "denied_by_rule", after=_enter(before, State.NEEDS_INPUT, "denied_by_rule"))
+    if event.rule_effect == "hold":
+        after = _enter(
+            before,
+            State.AWAITING_APPROVAL,
+            "approval_required_by_rule",
+            expires_at=now + timedelta(seconds=event.approval_ttl_s),
+            **_under_review(event.fingerprint, now),
+        )
+        return _refuse(before, "approval_required", after=after)
+    return _grant(before, event.fingerprint)
+
+
+def _on_rule_denied(before: Snapshot) -> Outcome:
+    if before.state is not State.AWAITING_APPROVAL:
+        return _unchanged(before, ignored=True)
+    # The binding stays under review: another input the agent sends goes to a reviewer again.
+    return _moved(before, _enter(before, State.NEEDS_INPUT, "denied_by_rule"))
+
+
 def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Outcome:
     state = before.state
     halted = before.halted_until is not None and before.halted_until > now
@@ -412,7 +452,7 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
         if halted:
             # Nothing exists to hold: refuse without creating the step.
             return _refuse(before, "tool_halted", retry_after=before.halted_until)
-        return _grant(before, event.fingerprint)
+        return _grant_unless_ruled(before, event, now)
     if state is State.SUCCEEDED:
         return _refuse(before, "already_committed")
     if state in TERMINAL:
@@ -468,7 +508,7 @@ def _on_attempt(before: Snapshot, event: AttemptRequested, now: datetime) -> Out
     if state is State.NEEDS_INPUT and before.attempts and event.fingerprint == before.last_fingerprint:
         return _refuse(before, "identical_retry")
     # in_progress (reported), needs_input (changed input), retry_ready, waiting_retry past due.
-    return _grant(before, event.fingerprint)
+    return _grant_unless_ruled(before, event, now)
 
 
 def _refuse_mismatch(before: Snapshot, event: AttemptRequested, now: datetime) -> Outcome:
@@ -533,6 +573,8 @@ def _on_reviewer(before: Snapshot, event: ReviewerActed, now: datetime) -> Outco
     if event.action not in acts:
         return _unchanged(before, ignored=True)
     state, reason = acts[event.action]
+    if event.action == "approve" and event.reason:
+        reason = event.reason  # approved_by_rule / approved_by_grant
     if event.action == "permit_retry" and before.under_review:
         # A retry of an input only under review is the quorum's to permit (contract §3 v1.2):
         # back to awaiting_approval, its count going on, with a fresh expiry.

@@ -33,6 +33,15 @@ class AttemptRequested:
     consistency_window_s: int = 300
     verification_deadline_s: int = 3600
     approval_ttl_s: int = 86400
+    # What the team's rules said of a call the machine would grant (contract §11, asked by the
+    # gate first): "deny" refuses it to needs_input, "hold" sends it to a reviewer; "": grant.
+    rule_effect: str = ""
+
+
+@dataclass(frozen=True)
+class RuleDenied:
+    """An enforced deny rule matched the input a step waits to have approved (§11): no reviewer
+    may approve it, the agent must change it."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,16 @@ class ReviewerActed:
     fingerprint: str | None = None
     # The tool's, for the approval's lapse and a fresh expiry when the step goes back to review.
     approval_ttl_s: int = 86400
+    # An approval by a rule or a grant (§11) gives its own reason (approved_by_rule, _by_grant).
+    reason: str = ""
 
 
-Event = EnvelopeArrived | EnvelopeRejected | AttemptRequested | VerificationReported | TimerFired | ReviewerActed
+Event = (
+    EnvelopeArrived
+    | EnvelopeRejected
+    | AttemptRequested
+    | VerificationReported
+    | TimerFired
+    | ReviewerActed
+    | RuleDenied
+)

@@ -531,15 +531,17 @@ class AuditEvent(models.Model):
         DECISION = "decision"
         CIRCUIT = "circuit"
         SETTINGS = "settings"  # a tool's recovery settings changed: who, and from what to what
+        POLICY = "policy"  # a team's rules or grants changed (its "policy:<team>" chain, no tool)
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    chain = models.CharField(max_length=40)  # "step:<id>" or "tool:<id>"
+    chain = models.CharField(max_length=40)  # "step:<id>", "tool:<id>" or "policy:<team id>"
     seq = models.PositiveIntegerField()
     # step and tool lead audit_step_seq_idx and audit_tool_kind_time_idx: no lone indexes (0009).
     step = models.ForeignKey(
         Step, on_delete=models.CASCADE, null=True, blank=True, related_name="audit_events", db_index=False
     )
-    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Null on a team's policy chain only (rules and grants belong to no one tool).
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="+", db_index=False, null=True, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
     actor = models.CharField(max_length=200)
     before = models.CharField(max_length=20, blank=True)

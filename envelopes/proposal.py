@@ -329,7 +329,9 @@ def proposal_of(step: Step) -> Proposal | None:
     from .models import Attempt, ProposedInput
 
     attempt = refused = None
-    if step.last_fingerprint:  # set by every grant; a step never granted has no proposal
+    # last_fingerprint is set by every grant; a step never granted has a proposal only when a
+    # rule held its first call (§11: the binding names the refused input).
+    if step.last_fingerprint or step.approval_fingerprint:
         if bound_elsewhere(step):
             refused = (
                 ProposedInput.objects.filter(step_id=step.pk, fingerprint=step.approval_fingerprint)
@@ -353,7 +355,7 @@ def proposal_from_rows(step: Step, *, attempt: Any | None, refused: Any | None) 
     """The rule of `proposal_of`, given the rows it reads (a caller that read them itself, as the
     hot path does): `attempt`, the step's latest Attempt (needed unless `bound_elsewhere`),
     and `refused`, its latest ProposedInput with the binding's fingerprint (needed if so)."""
-    if not step.last_fingerprint:
+    if not step.last_fingerprint and not step.approval_fingerprint:
         return None
     if bound_elsewhere(step):
         return _from_refused(refused) if refused is not None else _edited_under_review(step)

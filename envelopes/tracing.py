@@ -24,6 +24,20 @@ def step_trace_fill(step: Step) -> bool:
     return True
 
 
+def gate_span_record(span: Any, plan: Plan, consult: Any) -> None:
+    """The gate's verdict on its span: "granted" or the refusal's code, and the rule that decided
+    when one did (`policy_acts.PolicyConsult`'s verdict; a grant's is not a rule's)."""
+    if span is spans.NOOP:
+        return
+    verdict = consult.verdict if consult is not None else None
+    rule = verdict.rule if verdict is not None and verdict.effect is not None and verdict.grant is None else None
+    spans.gate_verdict_record(
+        span,
+        verdict=plan.outcome.refusal or "granted",
+        rule=(rule.name, rule.version) if rule is not None else None,
+    )
+
+
 def transition_span_start(*, cause: str, actor: str) -> Any:
     return spans.span_start("holdpoint.transition", {spans.CAUSE: cause, spans.ACTOR: actor})
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 
-from . import lifecycle, modelsql
+from . import lifecycle, modelsql, policy_acts
 from .audit import audit_link
 from .errors import StepNotFound, ToolLimitReached, ToolMismatch
 from .events import Consumer, DomainEvent, Fold, consumers, event_emit, folder_of
@@ -116,6 +116,9 @@ class StepContext:
     new_step_id: int | None = None
     envelope_id: int | None = None
     documented: bool = True
+    # The team's rules of the tool and live grants, as policy_acts.policy_ids_sql names them.
+    rule_versions: str | None = None
+    grant_uses: str | None = None
 
 
 class ToolUnknown(Exception):
@@ -142,6 +145,7 @@ def step_context(
     if tool is None:
         return None
     step = lock_step(team, operation_ref)
+    rule_versions, grant_uses = policy_acts.policy_ids_read(team=team, tool=tool_name)
     return StepContext(
         team=team,
         tool=tool,
@@ -149,6 +153,8 @@ def step_context(
         operation_ref=operation_ref,
         new_step_id=modelsql.next_id(Step) if step is None else None,
         documented=ingest and bool(code) and code_is_documented(tool=tool, code=code or ""),
+        rule_versions=rule_versions,
+        grant_uses=grant_uses,
     )
 
 
@@ -172,7 +178,8 @@ def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | No
         row = modelsql.fetchone_bound(_context_sql(ingest), params)
     if row is None:
         return None
-    at = _WAITED + 1
+    rule_versions, grant_uses = row[_RULES], row[_GRANTS]
+    at = _GRANTS + 1
     tool: Tool = modelsql.from_row(Tool, row[at:])
     at += len(modelsql.column_fields(Tool))
     documented, new_step_id, envelope_id, has_decisions = row[at : at + 4]
@@ -205,10 +212,12 @@ def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | No
         new_step_id=new_step_id,
         envelope_id=envelope_id,
         documented=bool(documented),
+        rule_versions=rule_versions,
+        grant_uses=grant_uses,
     )
 
 
-_WAITED = 0  # the context row's first column
+_WAITED, _RULES, _GRANTS = 0, 1, 2  # the context row's first columns
 
 # Whether the step row's version (its xmin, 32 bits) was committed by another transaction after
 # the statement's snapshot was taken: it was locked after waiting for its writer. The xmin is
@@ -227,7 +236,8 @@ _NEWER_THAN_SNAPSHOT = (
 
 @functools.cache
 def _context_sql(ingest: bool) -> str:
-    """Whether the step was locked after a wait (see `_context_read`), the tool, for an envelope
+    """Whether the step was locked after a wait (see `_context_read`), the team's rules and live
+    grants of the tool (`policy_acts.policy_ids_sql`), the tool, for an envelope
     whether its code is documented, the new rows' ids, the step locked FOR UPDATE with whether it
     has decisions, what its proposal reads (the latest attempt,
     or the refused input the binding names: proposal.proposal_of) and its last envelope."""
@@ -248,6 +258,7 @@ def _context_sql(ingest: bool) -> str:
     same_step = f"{q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s"
     return (
         f"SELECT {step_id} IS NOT NULL AND {_NEWER_THAN_SNAPSHOT}, "  # noqa: S608
+        f"{policy_acts.policy_ids_sql()}, "
         f"{modelsql.select_list(Tool, 't')}, {documented}, "
         f"CASE WHEN {step_id} IS NULL THEN nextval({modelsql.sequence(Step)}) END, "
         f"{envelope_id}, "
@@ -367,6 +378,7 @@ def event_plan(
     run_id: str = "",
     data: dict[str, Any] | None = None,
     links: Callable[[Step], list[AuditEvent]] | None = None,
+    policy: policy_acts.PolicyConsult | None = None,
 ) -> Plan:
     """What `event` does to the context's step: the machine asked, its answer copied, the ids
     filled, the audit links built. The step is the context's (locked), or else a new one
@@ -380,7 +392,7 @@ def event_plan(
         if must_exist or tool is None or event is None:
             raise StepNotFound(f"No step {context.operation_ref!r} in this team.")
         before = Snapshot(max_attempts=tool.max_attempts, halted_until=tool.halted_until)
-        outcome = lifecycle.advance(before, event, now)
+        outcome = _advance(None, before, event, now, policy)
         if outcome.after.state is None:
             return Plan(step=None, outcome=outcome, cause=cause, now=now)  # refused before any step existed
         assert context.team is not None and context.new_step_id is not None, "a new step needs its team and number"
@@ -407,7 +419,7 @@ def event_plan(
                 )
             step.tool = tool
         before = step.snapshot()
-        outcome = lifecycle.advance(before, event, now) if event is not None else Outcome(after=before, changed=False)
+        outcome = _advance(step, before, event, now, policy)
     own = links(step) if links is not None else []  # the caller's links see the step as it was
     due_at = step.due_at
     copy_snapshot(step, outcome.after)
@@ -422,6 +434,18 @@ def event_plan(
     plan.changed = created or bool(plan.audit_events) or filled or outcome.after != before
     plan.due_at_changed = step.due_at != due_at
     return plan
+
+
+def _advance(
+    step: Step | None, before: Snapshot, event: lifecycle.Event | None, now: datetime, policy: Any
+) -> Outcome:
+    """The machine's answer to `event` (None: no act), or to the event the team's rules make of
+    it (§11: the gate's deny or hold of a call the machine would grant)."""
+    if event is None:
+        return Outcome(after=before, changed=False)
+    outcome = lifecycle.advance(before, event, now)
+    ruled = policy.consult(step, before, event, outcome) if policy is not None else None
+    return lifecycle.advance(before, ruled, now) if ruled is not None else outcome
 
 
 # --- the writer: the one writer of Step rows -----------------------------------------------------
@@ -533,6 +557,7 @@ def apply_event(
     links: Callable[[Step], list[AuditEvent]] | None = None,
     rows: Callable[[Plan], list[models.Model]] | None = None,
     announce: Callable[[Plan], list[tuple[str, Callable[[], dict[str, Any]]]]] | None = None,
+    policy: policy_acts.PolicyConsult | None = None,
 ) -> Plan:
     """Apply one event to one step: its context, `event_plan`, `plan_write`.
 
@@ -543,8 +568,9 @@ def apply_event(
     with its circuit state, and must be the step's (else ToolMismatch). `data` goes into the
     machine's audit links, `links(step)` builds the caller's own before them. `rows(plan)`: the
     caller's rows of the same change (its envelope, its attempt), unsaved; `announce(plan)`: its
-    domain events, after `step.state_changed`. A step created by another transaction meanwhile
-    raises IntegrityError from the write: the caller runs again (`on_step_race`)."""
+    domain events, after `step.state_changed`; `policy` (`policy_acts.PolicyConsult`): the team's
+    rules asked of the event. A step created by another transaction meanwhile raises
+    IntegrityError from the write: the caller runs again (`on_step_race`)."""
     span = transition_span_start(cause=cause, actor=actor)
     if context is None:
         if step is None:
@@ -563,15 +589,21 @@ def apply_event(
         must_exist=must_exist,
         correlation_id=correlation_id,
         run_id=run_id,
-        data=data,
+        # The consult adds what acted to the links' data while the plan is made.
+        data=data if policy is None else policy.audit_data_with(data),
         links=links,
+        policy=policy,
     )
     if plan.step is not None:
         if rows is not None:
             plan.rows += rows(plan)
+        if policy is not None:
+            plan.rows += policy.rows(plan)
         if announce is not None:
             plan.announce += announce(plan)
     plan_write(plan)
+    if policy is not None:
+        policy.written(plan)
     transition_span_end(span, plan)
     return plan
 

@@ -103,33 +103,27 @@ class _Pass:
     shadow: list[tuple[Any, str]] = field(default_factory=list)
     errors: list[tuple[Any, str]] = field(default_factory=list)
 
-    known: dict[int, bool] = field(default_factory=dict)  # id(subject) -> its value (`prefetch`)
-
     def _activation(self) -> Any:
         if self.activation is None:
             self.activation = cel.activation_of(self.facts.bindings())
         return self.activation
 
-    def prefetch(self, subjects: Sequence[Any]) -> None:
-        """Evaluate the `when`s of `subjects` in one call (cel.compile_all); when one of them
-        fails, none is known and `holds` evaluates each on its own."""
+    def prefetch(self, subjects: Sequence[Any]) -> list[bool] | None:
+        """The values of the `when`s of `subjects`, evaluated in one call (cel.compile_all);
+        None when one of them fails (or fewer than two were asked): then `holds` evaluates each
+        on its own."""
         if len(subjects) < 2:
-            return
+            return None
         try:
-            combined = cel.compile_all(tuple(subject.when for subject in subjects))
-            values = combined.evaluate(self._activation()) if combined is not None else None
+            combined = cel.compile_all(tuple([subject.when for subject in subjects]))
+            return combined.evaluate(self._activation()) if combined is not None else None
         except Exception:
-            return
-        if values is not None:
-            self.known.update((id(subject), value) for subject, value in zip(subjects, values, strict=True))
+            return None
 
     def holds(self, subject: Any, when: str, *, fail_closed: bool) -> bool:
         """Whether `when` is true of the call; a failure (or a `when` that no longer compiles)
         counts as `fail_closed` and is recorded."""
         self.evaluated += 1
-        known = self.known.get(id(subject))
-        if known is not None:
-            return known
         try:
             return program_of(subject, when).evaluate(self._activation())
         except (cel.EvaluationError, WhenInvalid) as error:
@@ -176,28 +170,81 @@ def program_of(subject: Any, when: str) -> cel.CompiledWhen:
     return program
 
 
-def _matching(run: _Pass, rules: Iterable[RuleLike], effect: str) -> list[RuleLike]:
-    """The enforced rules of `effect` naming the call's tool that match it (shadow ones counted)."""
-    tool = run.facts.tool
-    named = [r for r in rules if r.enabled and r.effect == effect and ("*" in r.tools or tool in r.tools)]
-    run.prefetch(named)
-    return [r for r in named if run.rule_matches(r)]
+_named_memo: dict[tuple[int, str], tuple[Sequence[Any], dict[str, list[Any]]]] = {}
 
 
-def _live_grant(run: _Pass, grants: Iterable[GrantLike], exclude: Sequence[Any] = ()) -> GrantLike | None:
-    facts = run.facts
-    covering = [
+def _named(rules: Sequence[RuleLike], tool: str) -> dict[str, list[RuleLike]]:
+    """The enabled rules naming the call's tool (or "*"), by effect, in the set's order; kept for
+    the same list (a caller's cached rule set) and tool."""
+    key = (id(rules), tool)
+    memo = _named_memo.get(key)
+    if memo is not None and memo[0] is rules:
+        return memo[1]
+    named: dict[str, list[RuleLike]] = {DENY: [], REQUIRE_APPROVAL: [], ALLOW: []}
+    for rule in rules:
+        if rule.enabled and ("*" in rule.tools or tool in rule.tools):
+            named[rule.effect].append(rule)
+    if len(_named_memo) > 4096:
+        _named_memo.clear()
+    _named_memo[key] = (rules, named)
+    return named
+
+
+def _covering(grants: Iterable[GrantLike], facts: CallFacts, exclude: Sequence[Any]) -> list[GrantLike]:
+    """The live grants whose tool and scope cover the call (their `when` aside)."""
+    return [
         grant
         for grant in grants
         if grant.id not in exclude
         and grant.is_live(facts.now)
         and grant.covers(tool=facts.tool, run_id=facts.run_id, key_id=facts.key_id)
     ]
-    run.prefetch(covering)
+
+
+def _matching(run: _Pass, named: list[RuleLike], values: list[bool] | None) -> list[RuleLike]:
+    """The enforced rules of `named` that match the call (shadow ones counted); `values`: their
+    `when`s' values if known (`_Pass.prefetch`), else each is evaluated."""
+    if values is None:
+        return [rule for rule in named if run.rule_matches(rule)]
+    run.evaluated += len(named)
+    matched = []
+    for rule, value in zip(named, values, strict=True):
+        if not value:
+            continue
+        if rule.mode == "shadow":
+            run.shadow.append((rule, rule.effect))
+        else:
+            run.matched.append(rule)
+            matched.append(rule)
+    return matched
+
+
+def _split(values: list[bool] | None, *sizes: int) -> list[list[bool] | None]:
+    """`values` cut into consecutive parts of `sizes` (all None when unknown)."""
+    if values is None:
+        return [None] * len(sizes)
+    parts: list[list[bool] | None] = []
+    at = 0
+    for size in sizes:
+        parts.append(values[at : at + size])
+        at += size
+    return parts
+
+
+def _first_grant(run: _Pass, covering: list[GrantLike], values: list[bool] | None) -> GrantLike | None:
+    if values is not None:
+        run.evaluated += len(covering)
+        return next((grant for grant, value in zip(covering, values, strict=True) if value), None)
     for grant in covering:
         if run.holds(grant, grant.when, fail_closed=False):
             return grant
     return None
+
+
+def _hold(run: _Pass, holds: list[RuleLike], needed: int) -> Verdict:
+    strictest = max(holds, key=lambda r: r.approvals)
+    approvers = next((r.approvers for r in holds if r.approvers), "")
+    return run.verdict(effect=REQUIRE_APPROVAL, rule=strictest, approvals=needed, approvers=approvers)
 
 
 def gate_verdict(
@@ -206,20 +253,23 @@ def gate_verdict(
     """The attempt gate's order (§11 "Where rules act" 1): an enforced deny; else a live grant;
     else an enforced require_approval; else nothing (granted as the §4 rules say). `allow` rules
     do not act at the gate (nothing there to release) and are not evaluated. Shadow rules of
-    each stage reached are evaluated and counted. `exclude_grants`: grants whose last use another
-    call took meanwhile (the caller asks again without them)."""
+    each stage reached are counted. `exclude_grants`: grants whose last use another call took
+    meanwhile (the caller asks again without them). Every `when` asked is evaluated in one call
+    into the library (`_Pass.prefetch`)."""
     run = _Pass(facts)
-    denies = _matching(run, rules, DENY)
+    named = _named(rules, facts.tool)
+    covering = _covering(grants, facts, exclude_grants)
+    values = run.prefetch([*named[DENY], *covering, *named[REQUIRE_APPROVAL]])
+    of_denies, of_grants, of_holds = _split(values, len(named[DENY]), len(covering), len(named[REQUIRE_APPROVAL]))
+    denies = _matching(run, named[DENY], of_denies)
     if denies:
         return run.verdict(effect=DENY, rule=denies[0])
-    grant = _live_grant(run, grants, exclude_grants)
+    grant = _first_grant(run, covering, of_grants)
     if grant is not None:
         return run.verdict(effect=GRANT, grant=grant)
-    holds = _matching(run, rules, REQUIRE_APPROVAL)
+    holds = _matching(run, named[REQUIRE_APPROVAL], of_holds)
     if holds:
-        strictest = max(holds, key=lambda r: r.approvals)
-        approvers = next((r.approvers for r in holds if r.approvers), "")
-        return run.verdict(effect=REQUIRE_APPROVAL, rule=strictest, approvals=strictest.approvals, approvers=approvers)
+        return _hold(run, holds, max(r.approvals for r in holds))
     return run.verdict()
 
 
@@ -240,21 +290,25 @@ def hold_verdict(
     require_approval as at the gate (a human made the grant). Nothing but reviewers releases a
     step needing two approvals."""
     run = _Pass(facts)
-    denies = _matching(run, rules, DENY)
+    named = _named(rules, facts.tool)
+    covering = _covering(grants, facts, exclude_grants)
+    values = run.prefetch([*named[DENY], *named[REQUIRE_APPROVAL], *covering, *named[ALLOW]])
+    of_denies, of_holds, of_grants, of_allows = _split(
+        values, len(named[DENY]), len(named[REQUIRE_APPROVAL]), len(covering), len(named[ALLOW])
+    )
+    denies = _matching(run, named[DENY], of_denies)
     if denies:
         return run.verdict(effect=DENY, rule=denies[0])
-    holds = _matching(run, rules, REQUIRE_APPROVAL)
+    holds = _matching(run, named[REQUIRE_APPROVAL], of_holds)
     needed = max([approvals_required, *(r.approvals for r in holds)])
     if needed == 1:
-        grant = _live_grant(run, grants, exclude_grants)
+        grant = _first_grant(run, covering, of_grants)
         if grant is not None:
             return run.verdict(effect=GRANT, grant=grant)
     if holds:
-        strictest = max(holds, key=lambda r: r.approvals)
-        approvers = next((r.approvers for r in holds if r.approvers), "")
-        return run.verdict(effect=REQUIRE_APPROVAL, rule=strictest, approvals=needed, approvers=approvers)
+        return _hold(run, holds, needed)
     if needed == 1:
-        allows = _matching(run, rules, ALLOW)
+        allows = _matching(run, named[ALLOW], of_allows)
         if allows:
             return run.verdict(effect=ALLOW, rule=allows[0])
     return run.verdict()
@@ -264,5 +318,6 @@ def review_denial(rules: Sequence[RuleLike], facts: CallFacts) -> Verdict:
     """A reviewer's approval of `facts.input` (§11 "Where rules act" 3): DENY when an enforced
     deny matches it (a failure counts as a match), else nothing."""
     run = _Pass(facts)
-    denies = _matching(run, rules, DENY)
+    named = _named(rules, facts.tool)[DENY]
+    denies = _matching(run, named, run.prefetch(named))
     return run.verdict(effect=DENY, rule=denies[0]) if denies else run.verdict()

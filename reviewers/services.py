@@ -256,6 +256,10 @@ def _decide_with_etag(
                 raise DecisionInvalid(
                     str(refused), field=refused.field, rule=refused.rule, code="input_refused"
                 ) from refused
-            raise DecisionInvalid(str(refused), field="body", rule="refused") from refused
+            # A refusal with a code of its own (denied_by_rule, grant_refused: §11) says it.
+            code = getattr(refused, "code", "")
+            raise DecisionInvalid(
+                str(refused), field=getattr(refused, "field", "body"), rule=code or "refused", code=code
+            ) from refused
     logger.info("%s decided %s on step %s of %s", user.get_username(), action, locked.pk, team.slug)
     return result

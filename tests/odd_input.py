@@ -34,6 +34,8 @@ AGENT_ROUTES = {
 REVIEWER_ROUTES = {
     "reviewers:queue": Route("/api/v1/teams/{team}/queue", ("kind", "cursor", "limit"), "reviewer"),
     "reviewers:step": Route("/api/v1/teams/{team}/steps/{ref}", (), "reviewer"),
+    "rules:api-rules": Route("/api/v1/teams/{team}/rules", (), "reviewer"),
+    "rules:api-grants": Route("/api/v1/teams/{team}/grants", ("live", "cursor", "limit"), "reviewer"),
 }
 PAGE_ROUTES = {
     "approvals:queues": Route(
@@ -55,6 +57,10 @@ PAGE_ROUTES = {
     "notifications:channels": Route("/notifications/", (), "page"),
     "notifications:account": Route("/account/", ("slack",), "page"),
     "reviewers:tokens": Route("/account/tokens/", ("page",), "page"),
+    "rules:page": Route("/rules/", ("team",), "page"),
+    "rules:edit": Route("/rules/edit", ("team", "rule"), "page"),
+    "rules:version": Route("/rules/version", ("team", "version"), "page"),
+    "rules:grants": Route("/rules/grants/", ("team",), "page"),
 }
 # Read by the framework, not by our views: DRF's format suffix and drf-spectacular's language.
 FRAMEWORK_ROUTES = {
@@ -90,6 +96,9 @@ POST_ONLY = frozenset(
         "notifications:slack-link",
         "notifications:slack-unlink",
         "reviewers:token-revoke",
+        "rules:api-rules-test",
+        "rules:api-grant",
+        "rules:grant-revoke",
         "approvals:step-decide",
         "approvals:tool-resume",
         "approvals:tool-cancel-held",

@@ -109,6 +109,9 @@ BREACHES = [
         "import webhooks.views",
         "notifications.sending -> webhooks.views",
     ),
+    Breach("rules-views-private", "metrics.panels", "import rules.views", "metrics.panels -> rules.views"),
+    Breach("shell-below-pages", "dashboard.shell", "from rules import services", "dashboard.shell -> rules.services"),
+    Breach("core-below-consumers", "envelopes.audit", "import rules.models", "envelopes.audit -> rules.models"),
     # An import inside a function counts as much as one at the top.
     Breach(
         "core-below-consumers",

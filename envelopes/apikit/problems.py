@@ -81,6 +81,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             headers=retry_after_header(exc.retry_after),
             step=step_representation(exc.step, directive_reason=exc.code) if exc.step else None,
             directive=exc.directive,
+            **({"rule": exc.rule} if exc.rule is not None else {}),
         )
     if isinstance(exc, EnvelopeInvalid):
         return problem(status_code=exc.status, code=exc.code, title=exc.title, detail=exc.detail, errors=exc.errors)

@@ -21,6 +21,7 @@ from .ingest import (
     envelope_ingest,
     envelope_quarantine,
 )
+from .policy_holds import hold_act
 from .steps import (
     StepAnswer,
     due_step_ids,
@@ -44,6 +45,7 @@ __all__ = [
     "envelope_event",
     "envelope_ingest",
     "envelope_quarantine",
+    "hold_act",
     "step_decision_apply",
     "step_fire_timer",
     "step_lock_for_decision",

@@ -11,10 +11,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from accounts.models import Team
+from accounts.models import ApiKey, Team
 from telemetry.traceparent import incoming_trace_id
 
-from .. import lifecycle, schema
+from .. import lifecycle, policy_acts, schema
 from ..errors import EnvelopeInvalid, ToolMismatch
 from ..models import Envelope, Quarantine, SkippedResource, Step, Tool
 from ..presenters import step_representation
@@ -31,6 +31,7 @@ from ..transitions import (
     tool_auto_register,
 )
 from .circuits import tool_halt
+from .policy_holds import hold_act
 
 QUARANTINE_BODY_LIMIT = 64 * 1024
 
@@ -137,12 +138,19 @@ class _Rejected(Exception):
 
 
 def envelope_ingest(
-    *, team: Team, payload: Any, dialect: str, raw_body: bytes, now: datetime | None = None
+    *,
+    team: Team,
+    payload: Any,
+    dialect: str,
+    raw_body: bytes,
+    now: datetime | None = None,
+    api_key: ApiKey | None = None,
 ) -> IngestAnswer:
-    """Validate, redact and store one envelope, and move its step (contract §2, §3)."""
+    """Validate, redact and store one envelope, and move its step (contract §2, §3); a step sent
+    to a reviewer is put to the team's rules (§11; `api_key` the caller's, for their facts)."""
     now = now or timezone.now()
     try:
-        return on_step_race(lambda: _ingest(team, payload, dialect, now), team=team)
+        return on_step_race(lambda: _ingest(team, payload, dialect, now, api_key), team=team)
     except _Rejected as rejected:
         raise _rejected(team, rejected.rejected, raw_body, now) from rejected.rejected
     except ToolMismatch:
@@ -158,7 +166,7 @@ def envelope_ingest(
         raise
 
 
-def _ingest(team: Team, payload: Any, dialect: str, now: datetime) -> IngestAnswer:
+def _ingest(team: Team, payload: Any, dialect: str, now: datetime, api_key: ApiKey | None = None) -> IngestAnswer:
     """One ingest in the caller's transaction: the step's context (registering a tool named for
     the first time), the parse, the plan with the envelope's row, the write, then the circuit or
     the skipped resource an error of that scope opens."""
@@ -227,6 +235,18 @@ def _ingest(team: Team, payload: Any, dialect: str, now: datetime) -> IngestAnsw
             plan.step.last_envelope = envelope
         return [envelope]  # a stored envelope is news on its step (updated_at), even a closed one's
 
+    # The team's rules, asked when the envelope sends the step to a reviewer (§11).
+    consult = policy_acts.consult_for(
+        rule_versions=context.rule_versions,
+        grant_uses=context.grant_uses,
+        tool=tool.name,
+        input=None,
+        has_input=False,
+        run_id=parsed.run_id or "",
+        api_key=api_key,
+        now=now,
+        at_gate=False,
+    )
     plan = apply_event(
         context=context,
         event=envelope_event(parsed, tool),
@@ -236,10 +256,13 @@ def _ingest(team: Team, payload: Any, dialect: str, now: datetime) -> IngestAnsw
         correlation_id=correlation_id,
         run_id=parsed.run_id or "",
         rows=envelope_row,
+        policy=consult,
     )
-    step, (envelope,) = plan.step, plan.rows
+    step, envelope = plan.step, plan.rows[0]
     assert step is not None and isinstance(envelope, Envelope)
     shape = plan.step_shape
+    if hold_act(step=step, consult=consult, now=now):
+        shape = None  # a rule or grant moved the step again
     if not parsed.ok and not plan.outcome.ignored:
         if parsed.scope == "service":
             tool_halt(tool, envelope=envelope, now=now)

@@ -132,16 +132,23 @@ def step_decision_apply(
     actor: str,
     now: datetime,
     edited: bool = False,
+    approved_reason: str = "",
+    policy_data: dict[str, Any] | None = None,
+    policy_rows: tuple[Any, ...] = (),
+    policy: Any = None,
 ) -> bool:
     """A reviewer's decision (an unsaved Decision of the reviewers' app) on a step the caller
     locked (`step_lock_for_decision`), applied as one plan: the decision's row and audit link
     and, when it is final, the act fed to the machine, then `step.decided`. A decision that is
     not final yet (the first of two approvals) moves nothing. An approval's `input_fingerprint`
     is the input it approved; `edited`: a reviewer's own input, whose fingerprint the step then
-    binds (§3). True when the step moved."""
+    binds (§3). A rule's or grant's approval (§11, `services.policy_holds`) gives the step its
+    `approved_reason`, its audit link `policy_data` and its rows `policy_rows`; `policy` (a
+    `policy_acts.PolicyConsult`) asks the team's rules of a step the act sends back to review.
+    True when the step moved."""
     decision.pk = modelsql.next_id(type(decision))  # named by the audit links' hash
     action, fingerprint = decision.action, decision.input_fingerprint or None
-    link: dict[str, Any] = {"reason": decision.reason}
+    link: dict[str, Any] = {"reason": decision.reason, **(policy_data or {})}
     if action == "approve":
         link |= {"input_fingerprint": fingerprint, "edited": edited}
     _decisions_with(step, decision)
@@ -164,7 +171,10 @@ def step_decision_apply(
         step=step,
         event=(
             lifecycle.ReviewerActed(
-                action=action, fingerprint=fingerprint if edited else None, approval_ttl_s=step.tool.approval_ttl_s
+                action=action,
+                fingerprint=fingerprint if edited else None,
+                approval_ttl_s=step.tool.approval_ttl_s,
+                reason=approved_reason,
             )
             if final
             else None
@@ -174,7 +184,8 @@ def step_decision_apply(
         now=now,
         data={"decision_id": decision.pk},
         links=decision_link,
-        rows=lambda plan: [decision],
+        rows=lambda plan: [decision, *policy_rows],
+        policy=policy,
         announce=lambda plan: [
             ("step.decided", lambda: {"step": step_representation(step), "decision": decision_representation(decision)})
         ],

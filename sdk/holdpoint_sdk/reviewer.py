@@ -38,6 +38,16 @@ def team_step_path(team: str, operation_ref: str) -> str:
 
 
 @dataclass(frozen=True)
+class RuleSet:
+    """A team's rule set as read (contract §11): its version, its rules in evaluation order, and
+    the ETag a replacement names."""
+
+    version: int
+    rules: list[dict[str, Any]]
+    etag: str
+
+
+@dataclass(frozen=True)
 class ReviewedStep:
     """A step as the reviewer read it, with the ETag a decision on that version names."""
 
@@ -118,3 +128,38 @@ class Reviewer:
             expect=(201,),
         )
         return cast(DecisionAnswer, self._client._fetch(call))
+
+    # --- rules and grants (contract §11) ---------------------------------------------------------
+
+    def rules(self, team: str) -> RuleSet:
+        """The team's rule set and its ETag."""
+        response = self._client._send(ApiCall("GET", team_path(team) + "/rules", expect=(200,)))
+        body = response.json()
+        return RuleSet(version=body["version"], rules=body["rules"], etag=response.headers.get("ETag", ""))
+
+    def rules_replace(self, team: str, rules: list[Mapping[str, Any]], *, etag: str) -> RuleSet:
+        """Replace the whole set, if it is still the version `etag` names (an admin's token).
+        Raises StepChanged (412 `rules_changed`) when someone saved since, ValidationFailed (422
+        `rules_invalid`, `errors` naming `rules[i].when`, the position and the reason)."""
+        call = ApiCall(
+            "PUT",
+            team_path(team) + "/rules",
+            body=json.dumps({"rules": list(rules)}, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+            headers={"Content-Type": "application/json", "If-Match": etag},
+            idempotent=False,
+            expect=(200,),
+        )
+        response = self._client._send(call)
+        body = response.json()
+        return RuleSet(version=body["version"], rules=body["rules"], etag=response.headers.get("ETag", ""))
+
+    def rules_test(self, team: str, rules: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """The test against history of a draft set: counts per outcome, what would change."""
+        call = ApiCall(
+            "POST",
+            team_path(team) + "/rules/test",
+            body=json.dumps({"rules": list(rules)}, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+            expect=(200,),
+        )
+        return cast(dict[str, Any], self._client._fetch(call))

@@ -6,6 +6,7 @@
     holdpoint approve payments run_81/step_4 --etag '"41.7"' --reason "ok" [--input edited.json]
     holdpoint reject|cancel payments run_81/step_4 --reason "..."
     holdpoint mark-committed|permit-retry payments run_81/step_4 --reason "..."
+    holdpoint rules pull payments > rules.yaml; holdpoint rules test|push payments rules.yaml
 
 `--json` prints Holdpoint's answer as JSON (an error as {"error": {...}}). Everything an agent
 wrote (refs, codes, details, the input) is printed with control and format characters escaped,
@@ -27,6 +28,7 @@ from typing import IO, Any, cast
 
 import httpx
 
+from . import rules_cli
 from .envelopes import input_fingerprint, now_utc, parse_rfc3339
 from .errors import HoldpointError
 from .reviewer import Reviewer
@@ -250,13 +252,19 @@ def explain(error: HoldpointError, *, team: str, ref: str | None) -> str:
         return f"not found: no {where} for this token's user ({detail})"
     if error.status == 409:
         return f"the step's state does not allow this decision: {detail}"
+    if error.status == 412 and error.code == "rules_changed":
+        return "the rules changed since you read them: pull again and redo your change"
     if error.status == 412:
         return "the step changed since you looked: run show again"
     if error.status == 428:
         return "Holdpoint needs the step's ETag (If-Match): run show, then pass --etag"
     if error.status in (400, 413, 422):
         fields = "; ".join(
-            f"{safe(e.get('field'))}: {safe(e.get('rule') or e.get('message') or '')}" for e in error.errors
+            f"{safe(e.get('field'))}"
+            + (f" (rule {safe(e['name'])})" if e.get("name") else "")
+            + (f" at position {safe(e['position'])}" if e.get("position") is not None else "")
+            + f": {safe(e.get('reason') or e.get('rule') or e.get('message') or '')}"
+            for e in error.errors
         )
         return f"refused: {detail}" + (f" ({fields})" if fields else "")
     if error.status == 429:
@@ -297,6 +305,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         if name == "approve":
             decide.add_argument("--input", metavar="FILE.json", help="approve this edited input instead (- for stdin)")
+    rules_cli.add_parser(commands)
     return parser
 
 
@@ -305,6 +314,8 @@ def _print_json(value: Any, out: IO[str]) -> None:
 
 
 def run(args: argparse.Namespace, reviewer: Reviewer, *, stdin: IO[str], stdout: IO[str]) -> int:
+    if args.command == "rules":
+        return rules_cli.run(args, reviewer, stdin=stdin, stdout=stdout, safe=safe)
     if args.command == "queue":
         if args.limit < 1:
             raise UsageError("--limit: at least 1")
@@ -371,9 +382,12 @@ def main(
     try:
         with Reviewer(url, token, transport=transport) as reviewer:
             return run(args, reviewer, stdin=stdin, stdout=stdout)
-    except UsageError as error:
+    except (UsageError, rules_cli.RulesUsageError) as error:
         stderr.write(f"holdpoint: {error}\n")
         return EXIT_USAGE
+    except rules_cli.StaleFile as error:
+        stderr.write(f"holdpoint: {error}\n")
+        return EXIT_CHANGED
     except HoldpointError as error:
         stderr.write(f"holdpoint: {explain(error, team=args.team, ref=getattr(args, 'ref', None))}\n")
         if args.json:

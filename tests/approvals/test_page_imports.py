@@ -9,7 +9,7 @@ from pathlib import Path
 from django.apps import apps
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE_APPS = ("approvals", "metrics", "webhooks", "notifications", "reviewers")
+PAGE_APPS = ("approvals", "metrics", "webhooks", "notifications", "reviewers", "rules")
 # What only the approvals app's own pages may use.
 APPROVALS_PAGE_MODULES = {"approvals.views", "approvals.queries", "approvals.once", "approvals.timeline"}
 

@@ -21,6 +21,7 @@ from envelopes.lifecycle import (
     EnvelopeRejected,
     Event,
     ReviewerActed,
+    RuleDenied,
     Snapshot,
     State,
     TimerFired,
@@ -86,12 +87,18 @@ def events() -> Iterator[Event]:
                 attempt=attempt,
             )
     yield EnvelopeRejected()
-    yield from (AttemptRequested(fingerprint) for fingerprint in (FP_A, FP_B))
+    yield from (
+        AttemptRequested(fingerprint, rule_effect=effect)
+        for fingerprint in (FP_A, FP_B)
+        for effect in ("", "deny", "hold")  # what the team's rules said of it (§11)
+    )
+    yield RuleDenied()
     yield from (VerificationReported(outcome) for outcome in ("committed", "not_found", "unavailable"))
     yield from (
         TimerFired(timer) for timer in ("retry_due", "verification_deadline", "approval_expired", "approval_lapsed")
     )
     yield from (ReviewerActed(act) for act in ("approve", "reject", "mark_committed", "permit_retry", "cancel"))
+    yield from (ReviewerActed("approve", reason=reason) for reason in ("approved_by_rule", "approved_by_grant"))
 
 
 def reached() -> tuple[dict[State, set[State]], set[State]]:
@@ -120,10 +127,11 @@ def test_the_edges_advance_takes_are_exactly_the_table() -> None:
 
 def test_a_hold_is_left_only_by_a_release() -> None:
     # Spelled out, so that widening the table is a visible change here too. A permitted retry of
-    # an input only under review goes back to awaiting_approval (contract §3 v1.2).
+    # an input only under review goes back to awaiting_approval (contract §3 v1.2); an enforced
+    # deny rule matching the input under review sends it back to the agent (§11).
     releases = {State.RETRY_READY, State.SUCCEEDED, State.CANCELLED, State.ESCALATED}
     assert EDGES[State.VERIFYING] == releases | {State.AWAITING_APPROVAL}
-    assert EDGES[State.AWAITING_APPROVAL] == releases
+    assert EDGES[State.AWAITING_APPROVAL] == releases | {State.NEEDS_INPUT}
     assert EDGES[State.ESCALATED] == (releases | {State.AWAITING_APPROVAL}) - {State.ESCALATED}
 
 

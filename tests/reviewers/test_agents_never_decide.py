@@ -22,7 +22,7 @@ from tests.reviewers.conftest import ReviewerClient
 pytestmark = pytest.mark.django_db
 
 # Values for each path parameter, so that the request reaches an existing object where it can.
-PARAMETERS = {"team": "acme", "ref": "run_7%2Fcharge_1", "tool": "charge_card", "run_id": "run_7"}
+PARAMETERS = {"team": "acme", "ref": "run_7%2Fcharge_1", "tool": "charge_card", "run_id": "run_7", "pk": "1"}
 
 
 def api_endpoints() -> Iterator[tuple[str, type[APIView]]]:
@@ -68,7 +68,11 @@ def test_every_api_endpoint_is_an_agent_or_a_reviewer_endpoint() -> None:
     assert [route for route, which in sides.items() if which == "neither"] == []
     reviewer = sorted(route for route, which in sides.items() if which == "reviewer")
     assert reviewer == [
+        "api/v1/teams/<str:team>/grants",
+        "api/v1/teams/<str:team>/grants/<int:pk>",
         "api/v1/teams/<str:team>/queue",
+        "api/v1/teams/<str:team>/rules",
+        "api/v1/teams/<str:team>/rules/test",
         "api/v1/teams/<str:team>/steps/<path:ref>",
         "api/v1/teams/<str:team>/steps/<path:ref>/decisions",
     ]

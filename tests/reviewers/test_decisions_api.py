@@ -50,6 +50,7 @@ def test_an_approval_with_the_current_etag_is_201_with_the_decision_and_the_step
         "decided_at": body["decision"]["decided_at"],
         "input_fingerprint": body["decision"]["input_fingerprint"],
         "edited": False,
+        "decided_by": {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None},  # v1.2, §11
     }
     assert body["step"]["operation_ref"] == REF
     assert (body["step"]["state"], body["step"]["reason"]) == ("retry_ready", "approved")

@@ -103,8 +103,11 @@ def test_a_decision_sends_step_decided_with_the_decision(
     [decided] = of_type(events, "step.decided")
     assert decided["step"]["state"] == "retry_ready"
     decision = decided["decision"]
-    assert set(decision) == {"action", "reviewer", "reason", "decided_at", "input_fingerprint", "edited"}
+    # §5's fields, and (v1.2, §11) who decided: a reviewer, or a rule or grant.
+    assert set(decision) == {"action", "reviewer", "reason", "decided_at", "input_fingerprint", "edited", "decided_by"}
     assert (decision["action"], decision["reviewer"]) == ("approve", "rita")
+    assert decision["decided_by"] == {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None}
+    assert decided["step"]["policy"] is None
     assert (decision["input_fingerprint"], decision["edited"]) == (None, False)  # no attempt: nothing bound
     causes = [data["cause"] for data in of_type(events, "step.state_changed")]
     assert causes == ["envelope", "decision"]
