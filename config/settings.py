@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "accounts",
+    "evidence",
     "policy",
     "envelopes",
     "approvals",
@@ -365,6 +366,9 @@ HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS = env.int("HOLDPOINT_DOMAIN_EVENT_RETENTIO
 # --- Holdpoint -------------------------------------------------------------------------------
 HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = env.bool("HOLDPOINT_WEBHOOK_ALLOW_PRIVATE", default=False)
 HOLDPOINT_BASE_URL = env.str("HOLDPOINT_BASE_URL", default="http://127.0.0.1:8000")
+# The base64 of a 32-byte Ed25519 seed that signs decision receipts (contract §13); empty: a key
+# generated at first use and stored (evidence.keys).
+HOLDPOINT_RECEIPT_KEY = env.str("HOLDPOINT_RECEIPT_KEY", default="")
 # A Prometheus scraper's `Authorization: Bearer <token>` for /metrics; empty: staff sessions only.
 HOLDPOINT_METRICS_TOKEN = env.str("HOLDPOINT_METRICS_TOKEN", default="")
 # How long a stored answer to an Idempotency-Key is kept (then the key may be used anew).

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from envelopes import api, health
 from envelopes.apikit.problems import api_not_found
+from evidence.views import jwks_view
 
 api_v1 = [
     path("envelopes", api.EnvelopeIngestApi.as_view(), name="envelope-ingest"),
@@ -20,6 +21,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(".well-known/holdpoint/jwks.json", jwks_view, name="jwks"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),

@@ -131,17 +131,18 @@ def audit_link(
     return event
 
 
+def _seal_fields(seal: AuditSeal) -> dict[str, Any]:
+    return {
+        "team": seal.team_id,
+        "seq": seal.seq,
+        "heads": seal.heads,
+        "through": seal.through_event_id,
+        "created_at": seal.created_at.isoformat(),
+    }
+
+
 def _seal_hash(seal: AuditSeal) -> str:
-    return _link_hash(
-        seal.prev_hash,
-        {
-            "team": seal.team_id,
-            "seq": seal.seq,
-            "heads": seal.heads,
-            "through": seal.through_event_id,
-            "created_at": seal.created_at.isoformat(),
-        },
-    )
+    return _link_hash(seal.prev_hash, _seal_fields(seal))
 
 
 # How long a link may take from its INSERT to its COMMIT and still be sealed. Ids are handed
@@ -175,21 +176,31 @@ def audit_seal(*, team: Team, now: datetime | None = None) -> AuditSeal | None:
 def _seal_write(
     *, team: Team, last: AuditSeal | None, since_id: int, sealed: dict[str, list[Any]], now: datetime
 ) -> AuditSeal | None:
-    moved = AuditEvent.objects.filter(team=team, id__gt=since_id).values("chain").annotate(last_id=Max("id")).order_by()
+    moved = (
+        AuditEvent.objects.filter(team=team, id__gt=since_id)
+        .values("chain")
+        .annotate(last_id=Max("id"), last_seq=Max("seq"))
+        .order_by()
+    )
     rows = list(moved)
     if not rows:
         return None
-    # A chain's links are appended one at a time under its holder's row lock, each after the
-    # previous one committed: its link with the highest id is its head.
-    links = {
-        pk: [seq, link_hash]
-        for pk, seq, link_hash in AuditEvent.objects.filter(id__in=[row["last_id"] for row in rows]).values_list(
-            "id", "seq", "hash"
-        )
-    }
+    # A chain's head is its link with the highest seq, not the highest id: the links of one write
+    # (a decision and its transition) go in one statement, whose parts PostgreSQL runs in no set
+    # order. Looked up by (chain, seq), through audit_unique_link.
+    links: dict[tuple[str, int], str] = {}
+    for start in range(0, len(rows), HEADS_PER_QUERY):
+        match = Q(pk__in=[])
+        for row in rows[start : start + HEADS_PER_QUERY]:
+            match |= Q(chain=row["chain"], seq=row["last_seq"])
+        links.update(
+            {(chain, seq): link_hash for chain, seq, link_hash in AuditEvent.objects.filter(match).values_list(
+                "chain", "seq", "hash"
+            )}
+        )  # fmt: skip
     heads = {}
     for row in rows:
-        head = links[row["last_id"]]
+        head = [row["last_seq"], links[(row["chain"], row["last_seq"])]]
         if sealed.get(row["chain"]) != head:
             heads[row["chain"]] = head
     if not heads:

@@ -358,6 +358,9 @@ class Decision(models.Model):
     input_fingerprint = models.CharField(max_length=64, blank=True, default="")
     edited = models.BooleanField(default=False)
     edited_input = models.JSONField(null=True, blank=True)
+    # The signed receipt of the decision (contract §13; envelopes.receipts); "" on decisions made
+    # before receipts existed.
+    receipt = models.TextField(blank=True)
 
     class Meta:
         db_table = "approvals_decision"
@@ -533,7 +536,8 @@ class AuditEvent(models.Model):
         SETTINGS = "settings"  # a tool's recovery settings changed: who, and from what to what
         POLICY = "policy"  # a team's rules or grants changed (its "policy:<team>" chain, no tool)
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    # team leads audit_team_step_seq_idx: no lone index.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     chain = models.CharField(max_length=40)  # "step:<id>", "tool:<id>" or "policy:<team id>"
     seq = models.PositiveIntegerField()
     # step and tool lead audit_step_seq_idx and audit_tool_kind_time_idx: no lone indexes (0009).
@@ -563,6 +567,9 @@ class AuditEvent(models.Model):
             # The step page's timeline: the step's links newest first (created_at desc, id desc),
             # read a page at a time without scanning the step's older links.
             models.Index(fields=["step", "created_at", "id"], name="audit_step_time_idx"),
+            # The audit export (envelopes.audit_export): a team's chains in (step, seq) order, a
+            # page at a time (its tools' chains: step IS NULL).
+            models.Index(fields=["team", "step", "seq"], name="audit_team_step_seq_idx"),
         ]
 
 

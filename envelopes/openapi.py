@@ -70,6 +70,12 @@ PROPOSAL: dict[str, Any] = {
     },
 }
 
+RECEIPT = {
+    "type": ["string", "null"],
+    "description": "The decision's signed receipt (contract §13): a compact JWS, EdDSA (Ed25519) with `kid`, over "
+    "{iss, team, operation_ref, tool, action, input_fingerprint, decided_by, decided_at, step_version}; "
+    "its keys are at /.well-known/holdpoint/jwks.json. Null on decisions made before receipts.",
+}
 LAST_ENVELOPE: dict[str, Any] = {
     "type": ["object", "null"],
     "properties": {
@@ -152,6 +158,7 @@ STEP_SCHEMA: dict[str, Any] = {
                             "grant": {"type": ["object", "null"]},
                         },
                     },
+                    "receipt": RECEIPT,
                 },
             },
         },

@@ -109,6 +109,7 @@ def decision_representation(decision: Decision) -> dict[str, Any]:
         "decided_at": rfc3339(decision.decided_at),
         "input_fingerprint": decision.input_fingerprint or None,  # "" when none
         "edited": decision.edited,
+        "receipt": decision.receipt or None,  # contract §13; none on decisions made before receipts
     }
 
 

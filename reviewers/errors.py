@@ -49,3 +49,7 @@ class DecisionInvalid(HoldpointError):
         super().__init__(detail, errors=[{"field": field, "rule": rule}])
         if code:
             self.code = code
+
+
+class AdminRequired(HoldpointError):
+    status, code, title = 403, "role_required", "Only admins of this team may export its audit log"

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
-from envelopes.openapi import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, STEP_SCHEMA
+from envelopes.openapi import PROBLEM_MEDIA_TYPE, PROBLEM_SCHEMA, RECEIPT, STEP_SCHEMA
 
 _TIME = {"type": "string", "format": "date-time"}
 
@@ -21,6 +21,7 @@ DECISION_SCHEMA: dict[str, Any] = {
         "decided_at": _TIME,
         "input_fingerprint": {"type": ["string", "null"]},
         "edited": {"type": "boolean"},
+        "receipt": RECEIPT,
     },
 }
 

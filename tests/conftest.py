@@ -43,6 +43,15 @@ def _outages_forgotten() -> None:
     throttle._redis_down_until = 0.0
 
 
+@pytest.fixture(autouse=True)
+def _receipt_key_forgotten() -> None:
+    """Each test's database has receipt keys of its own: the process reads the signing key again
+    (it keeps it for a minute, evidence.keys.KEY_TTL)."""
+    from evidence.keys import forget_signing_key
+
+    forget_signing_key()
+
+
 @pytest.fixture
 def team(db) -> Team:  # type: ignore[no-untyped-def]
     return team_create(slug="acme")

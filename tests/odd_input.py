@@ -36,6 +36,7 @@ REVIEWER_ROUTES = {
     "reviewers:step": Route("/api/v1/teams/{team}/steps/{ref}", (), "reviewer"),
     "rules:api-rules": Route("/api/v1/teams/{team}/rules", (), "reviewer"),
     "rules:api-grants": Route("/api/v1/teams/{team}/grants", ("live", "cursor", "limit"), "reviewer"),
+    "reviewers:audit-export": Route("/api/v1/teams/{team}/audit", ("since", "until", "cursor"), "reviewer"),
 }
 PAGE_ROUTES = {
     "approvals:queues": Route(
@@ -67,6 +68,7 @@ FRAMEWORK_ROUTES = {
     "schema": Route("/api/schema/", ("format", "lang"), "anyone"),
     "api-docs": Route("/api/docs/", (), "anyone"),
     "healthz": Route("/healthz", (), "anyone"),
+    "jwks": Route("/.well-known/holdpoint/jwks.json", (), "anyone"),
     "readyz": Route("/readyz", (), "anyone"),
     "login": Route("/accounts/login/", ("next",), "anyone"),
 }

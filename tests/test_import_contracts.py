@@ -74,6 +74,12 @@ BREACHES = [
         "from envelopes import models",
         "telemetry.spans -> envelopes.models",
     ),
+    Breach(
+        "evidence-below-core",
+        "evidence.receipts",
+        "from envelopes import models",
+        "evidence.receipts -> envelopes.models",
+    ),
     Breach("policy-below-core", "policy.words", "from envelopes import models", "policy.words -> envelopes.models"),
     Breach("shell-below-pages", "dashboard.once", "import metrics.queries", "dashboard.once -> metrics.queries"),
     Breach(

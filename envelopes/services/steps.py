@@ -18,6 +18,7 @@ from ..audit import audit_link
 from ..errors import StepNotFound
 from ..models import AuditEvent, Step
 from ..presenters import decision_representation, decisions_prefetch, step_representation
+from ..receipts import decision_sign
 from ..redaction import redact_json
 from ..rfc3339 import rfc3339
 from ..transitions import AGENT, SYSTEM, apply_event
@@ -121,6 +122,7 @@ def step_lock_for_decision(*, team: Team, step_id: int) -> Step:
     )
     if step is None:
         raise StepNotFound("No such step in this team.")
+    step.team = team  # its receipt names the team: no query for it
     return step
 
 
@@ -151,6 +153,9 @@ def step_decision_apply(
     link: dict[str, Any] = {"reason": decision.reason, **(policy_data or {})}
     if action == "approve":
         link |= {"input_fingerprint": fingerprint, "edited": edited}
+    # Every decision is signed here, the one path they all take; its link carries the receipt, so
+    # the chain covers it and the audit export can be checked against the JWKS (§13).
+    link["receipt"] = decision_sign(step=step, decision=decision, actor=actor)
     _decisions_with(step, decision)
 
     def decision_link(step: Step) -> list[AuditEvent]:

@@ -25,6 +25,7 @@ from .client_base import (
 from .envelopes import Failure, now_utc, parse_rfc3339
 from .errors import AttemptRefused, DecisionTimeout, HoldpointError
 from .guard import AsyncGuard, Outcome, takes_the_input
+from .receipts import check_approval_async
 from .tracing import trace_headers
 from .types import (
     AttemptGrant,
@@ -138,6 +139,20 @@ class AsyncHoldpoint(ClientBase):
             raise
         self._approved_inputs.pop(operation_ref, None)  # a granted attempt used the approval
         return cast(AttemptGrant, self._remember_answer(grant))
+
+    async def check_approval_receipt(
+        self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str
+    ) -> None:
+        """Raise ReceiptInvalid unless the approval this input runs under, if the step has one,
+        carries a receipt that Holdpoint signed for this step, tool and input (contract §13)."""
+
+        async def fetch() -> Any:
+            return await self._fetch(self._jwks_call())
+
+        await check_approval_async(
+            step, base_url=self.base_url, operation_ref=operation_ref, tool=tool, fingerprint=fingerprint,
+            fetch=fetch,
+        )  # fmt: skip
 
     async def report_verification(
         self,

@@ -24,6 +24,7 @@ from .client_base import (
 from .envelopes import Failure, now_utc, parse_rfc3339
 from .errors import AttemptRefused, DecisionTimeout, HoldpointError
 from .guard import Guard, Outcome, takes_the_input
+from .receipts import check_approval
 from .tracing import trace_headers
 from .types import (
     AttemptGrant,
@@ -152,6 +153,16 @@ class Holdpoint(ClientBase):
             raise
         self._approved_inputs.pop(operation_ref, None)  # a granted attempt used the approval
         return cast(AttemptGrant, self._remember_answer(grant))
+
+    def check_approval_receipt(
+        self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str
+    ) -> None:
+        """Raise ReceiptInvalid unless the approval this input runs under, if the step has one,
+        carries a receipt that Holdpoint signed for this step, tool and input (contract §13)."""
+        check_approval(
+            step, base_url=self.base_url, operation_ref=operation_ref, tool=tool, fingerprint=fingerprint,
+            fetch=lambda: self._fetch(self._jwks_call()),
+        )  # fmt: skip
 
     def report_verification(
         self,

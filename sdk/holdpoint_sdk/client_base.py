@@ -18,6 +18,7 @@ import httpx
 from . import __version__
 from .envelopes import now_utc, parse_retry_after, parse_rfc3339, rfc3339
 from .errors import AttemptRefused, HoldpointError, HoldpointUnavailable, error_from_problem
+from .receipts import JWKS_PATH
 from .types import AttemptGrant, IngestAnswer, Step, VerificationOutcome
 
 Dialect = Literal["canonical", "compact", "mcp"]
@@ -226,6 +227,9 @@ class ClientBase:
             headers={"Content-Type": "application/json"},
         )
 
+    def _jwks_call(self) -> ApiCall:
+        return ApiCall("GET", JWKS_PATH, expect=(200,))
+
     def _step_call(self, operation_ref: str, etag: str | None) -> ApiCall:
         headers = {"If-None-Match": etag} if etag else None
         return ApiCall("GET", step_path(operation_ref), headers=headers, expect=(200, 304))
@@ -309,6 +313,10 @@ class GateClient(Protocol):
 
     def post_envelope(self, envelope: Mapping[str, Any], *, idempotency_key: str | None = None) -> IngestAnswer: ...
 
+    def check_approval_receipt(
+        self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str
+    ) -> None: ...
+
 
 class AsyncGateClient(Protocol):
     """The asyncio client as a guard uses it (`AsyncHoldpoint`)."""
@@ -330,3 +338,7 @@ class AsyncGateClient(Protocol):
     async def post_envelope(
         self, envelope: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> IngestAnswer: ...
+
+    async def check_approval_receipt(
+        self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str
+    ) -> None: ...

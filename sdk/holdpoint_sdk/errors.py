@@ -139,6 +139,16 @@ class ReportNotDelivered(HoldpointError):
         self.error = error
 
 
+class ReceiptInvalid(HoldpointError):
+    """The approval a granted attempt acts on has no receipt that verifies against Holdpoint's
+    keys, or its receipt is for another step, tool, action or input (contract §13). The call
+    was not made: nothing was written. `operation_ref` names the step."""
+
+    def __init__(self, detail: str, *, operation_ref: str) -> None:
+        super().__init__(detail, code="receipt_invalid", status=None)
+        self.operation_ref = operation_ref
+
+
 class ApprovedInputNotPassed(RuntimeError):
     """A reviewer approved an edited input, and the guarded call was not given it (a closure
     over the original input, say). Raised before the attempt gate is asked: nothing is granted,

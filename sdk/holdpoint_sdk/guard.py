@@ -226,6 +226,10 @@ class _GuardBase:
         )
         return self.outcome
 
+    def _receipt_names(self) -> dict[str, str]:
+        """What an approval's receipt must name for this call (contract §13)."""
+        return {"operation_ref": self.operation_ref, "tool": self.tool, "fingerprint": self.fingerprint}
+
     def _input_fields(self) -> dict[str, Any]:
         return {"input": self.input, "input_edited": self.input_edited, "input_sent": self.input_sent}
 
@@ -406,6 +410,8 @@ class Guard(_GuardBase):
                 self.grant = self._ask(None)
         except AttemptRefused as refusal:
             return self._refused(refusal)
+        # An approved input runs only under a receipt that verifies (ReceiptInvalid: not run).
+        self.client.check_approval_receipt(self.grant["step"], **self._receipt_names())
         return None
 
     def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:
@@ -502,6 +508,7 @@ class AsyncGuard(_GuardBase):
                 self.grant = await self._ask(None)
         except AttemptRefused as refusal:
             return self._refused(refusal)
+        await self.client.check_approval_receipt(self.grant["step"], **self._receipt_names())
         return None
 
     async def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:

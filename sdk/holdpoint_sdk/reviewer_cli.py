@@ -7,6 +7,7 @@
     holdpoint reject|cancel payments run_81/step_4 --reason "..."
     holdpoint mark-committed|permit-retry payments run_81/step_4 --reason "..."
     holdpoint rules pull payments > rules.yaml; holdpoint rules test|push payments rules.yaml
+    holdpoint audit verify export.jsonl [--jwks URL|FILE]   (offline: no server, no token)
 
 `--json` prints Holdpoint's answer as JSON (an error as {"error": {...}}). Everything an agent
 wrote (refs, codes, details, the input) is printed with control and format characters escaped,
@@ -29,6 +30,7 @@ from typing import IO, Any, cast
 import httpx
 
 from . import rules_cli
+from .audit_verify import verify_main
 from .envelopes import input_fingerprint, now_utc, parse_rfc3339
 from .errors import HoldpointError
 from .reviewer import Reviewer
@@ -306,6 +308,12 @@ def _parser() -> argparse.ArgumentParser:
         if name == "approve":
             decide.add_argument("--input", metavar="FILE.json", help="approve this edited input instead (- for stdin)")
     rules_cli.add_parser(commands)
+
+    audit = commands.add_parser("audit", help="audit exports: verify one offline (no server, no token)")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True, metavar="AUDIT_COMMAND")
+    verify = audit_commands.add_parser("verify", help="recompute every link and seal, check every receipt")
+    verify.add_argument("file", help="the export (GET /api/v1/teams/TEAM/audit, or manage.py exportaudit)")
+    verify.add_argument("--jwks", metavar="URL|FILE", help="the receipt keys (/.well-known/holdpoint/jwks.json)")
     return parser
 
 
@@ -374,6 +382,12 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage
         return int(exit_.code or 0)
+    if args.command == "audit":
+        try:
+            return verify_main(args.file, args.jwks, stdout=stdout, stderr=stderr)
+        except (OSError, ValueError, httpx.HTTPError) as error:
+            stderr.write(f"holdpoint audit verify: cannot read {error}\n")
+            return EXIT_USAGE
     token = env.get("HOLDPOINT_TOKEN", "")
     if not token:
         stderr.write("holdpoint: set HOLDPOINT_TOKEN to your reviewer token (hpr_..., from /account/tokens/)\n")

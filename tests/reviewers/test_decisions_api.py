@@ -46,12 +46,14 @@ def test_an_approval_with_the_current_etag_is_201_with_the_decision_and_the_step
     assert body["decision"] == {
         "action": "approve",
         "reviewer": "rita",
+        "decided_by": {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None},
         "reason": "within budget",
         "decided_at": body["decision"]["decided_at"],
         "input_fingerprint": body["decision"]["input_fingerprint"],
         "edited": False,
-        "decided_by": {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None},  # v1.2, §11
+        "receipt": body["decision"]["receipt"],  # contract §13: tests/evidence/test_receipts.py
     }
+    assert body["decision"]["receipt"].count(".") == 2
     assert body["step"]["operation_ref"] == REF
     assert (body["step"]["state"], body["step"]["reason"]) == ("retry_ready", "approved")
     assert body["step"]["decisions"][-1]["reviewer"] == "rita"

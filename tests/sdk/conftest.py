@@ -19,6 +19,14 @@ BASE = "https://holdpoint.test"
 KEY = "hp_test_key"
 
 
+@pytest.fixture(autouse=True)
+def _receipt_keys_forgotten() -> None:
+    """Each test's live Holdpoint may sign with a key of its own: the SDK reads the keys again."""
+    from holdpoint_sdk.receipts import forget_keys
+
+    forget_keys()
+
+
 @pytest.fixture(scope="session")
 def live_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """pytest-django's live server, built while the HTTPS redirect is off: SecurityMiddleware

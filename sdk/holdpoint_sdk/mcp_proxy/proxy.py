@@ -239,6 +239,11 @@ class HoldpointProxy:
                 return self._refused(call, refusal.code, step, directive)
             call.attempt, call.step = grant["attempt"], grant["step"]
             call.approved = _approved(grant["step"], call.fingerprint)
+            # An approved input runs only under a receipt that verifies (ReceiptInvalid, a
+            # HoldpointError: answered as a refusal, the upstream not called).
+            await self.holdpoint.check_approval_receipt(
+                grant["step"], operation_ref=call.operation_ref, tool=call.recorded_tool, fingerprint=call.fingerprint
+            )
             result, failure, envelope, dialect = await self._run(call, policy.side_effects)
             step, directive, reported = await self._report(call, envelope, dialect)
             if reported and directive["action"] == "verify" and policy.verification_tool:

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     database default stays, so a process of the release before (a rolling deploy) still inserts."""
 
     dependencies = [
-        ("envelopes", "0014_audit_policy_chain"),
+        ("envelopes", "0015_decision_receipt_audit_export"),
     ]
 
     operations = [
