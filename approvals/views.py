@@ -38,6 +38,7 @@ from dashboard.shell import (
 from envelopes.errors import StepNotFound
 from envelopes.models import Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
+from telemetry.traceparent import trace_url
 
 from . import inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
@@ -212,6 +213,7 @@ def _step_context(
         "input_tree": tree,
         "comparison": inputs.compare(proposal, previous_proposal(step, proposal)) if proposal is not None else None,
         "step": step,
+        "trace_url": trace_url(step.trace_id),
         "membership": membership,
         "multi_team": len(memberships_of(request.user)) > 1,
         "envelope": envelope,

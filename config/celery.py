@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import kombu
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("holdpoint")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.worker_process_shutdown.connect
+def _spans_flushed(**kwargs: object) -> None:
+    """A prefork child leaves by os._exit, past the SDK's atexit flush: send the batch it holds
+    (nothing without OTEL_EXPORTER_OTLP_ENDPOINT; telemetry.spans)."""
+    from telemetry import spans
+
+    spans.flush()
 
 
 @app.on_after_configure.connect

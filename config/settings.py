@@ -72,6 +72,8 @@ INSTALLED_APPS = [
 # config.api_lane's classes are Django's and the libraries' own, skipped for the agent API
 # (/api/v1/), which authenticates by key and renders JSON: see that module.
 MIDDLEWARE = [
+    # First: the caller's traceparent, and the request's span, around everything else.
+    "telemetry.middleware.TraceContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.api_lane.SessionMiddleware",
@@ -388,6 +390,11 @@ HOLDPOINT_IDEMPOTENCY_TTL_HOURS = env.int("HOLDPOINT_IDEMPOTENCY_TTL_HOURS", def
 HOLDPOINT_MAX_TOOLS_PER_TEAM = env.int("HOLDPOINT_MAX_TOOLS_PER_TEAM", default=500)
 # Slack interaction payloads (§10) are verified with it; with it set, Slack messages carry buttons.
 SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
+# Trace context (§13, telemetry/): with an OTLP/HTTP collector's base URL, every process exports
+# spans to `{it}/v1/traces`; empty: no exporter, no SDK loaded. The step page links a step's
+# trace id through HOLDPOINT_TRACE_URL, `{trace_id}` replaced (e.g. a Jaeger or Tempo URL).
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+HOLDPOINT_TRACE_URL = env.str("HOLDPOINT_TRACE_URL", default="")
 
 LOGGING = {
     "version": 1,

@@ -201,6 +201,10 @@ class Step(models.Model):
     audit_head = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The W3C trace of the agent's latest call on the step (§13): its trace id, and its span (the
+    # traceparent's parent id) that the worker's spans link to. "": no call carried one.
+    trace_id = models.CharField(max_length=32, blank=True, default="", db_default="")
+    trace_parent_id = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     objects = StepQuerySet.as_manager()
 
@@ -319,6 +323,7 @@ class Attempt(models.Model):
     input_redacted = models.BooleanField(default=False)
     # The standing grant this attempt used (contract §11): {id, created_by}; None: none did.
     grant = models.JSONField(null=True, blank=True)
+    trace_id = models.CharField(max_length=32, blank=True, default="", db_default="")  # the request's W3C trace (§13)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_unique_number_per_step")]
@@ -443,6 +448,7 @@ class Envelope(models.Model):
     flags = models.JSONField(default=list, blank=True)
     documented = models.BooleanField(default=True)
     step_closed = models.BooleanField(default=False)
+    trace_id = models.CharField(max_length=32, blank=True, default="", db_default="")  # the request's W3C trace (§13)
 
     class Meta:
         indexes = [

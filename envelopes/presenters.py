@@ -153,6 +153,7 @@ def step_representation(
         "reason": step.reason,
         "correlation_id": step.correlation_id or None,
         "run_id": step.run_id or None,
+        "trace_id": step.trace_id or None,
         "attempts": step.attempts,
         "max_attempts": step.tool.max_attempts,
         "not_before": rfc3339(step.not_before),

@@ -37,6 +37,7 @@ from .lifecycle import HELD, Outcome, Snapshot
 from .models import Attempt, AuditEvent, Decision, Envelope, ErrorCode, ProposedInput, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import proposal_from_rows, proposal_remember
+from .tracing import step_trace_fill, transition_span_end, transition_span_start
 
 AGENT = "agent"
 SYSTEM = "system"
@@ -427,6 +428,7 @@ def event_plan(
         step.correlation_id, filled = correlation_id, True
     if not step.run_id and run_id:
         step.run_id, filled = run_id, True
+    filled = (actor == AGENT and step_trace_fill(step)) or filled
     plan = Plan(step=step, outcome=outcome, cause=cause, now=now, created=created)
     plan.audit_events = [*own, *record(step, before, outcome, actor=actor, cause=cause, now=now, data=data)]
     plan.changed = created or bool(plan.audit_events) or filled or outcome.after != before
@@ -569,6 +571,7 @@ def apply_event(
     domain events, after `step.state_changed`; `policy` (`policy_acts.PolicyConsult`): the team's
     rules asked of the event. A step created by another transaction meanwhile raises
     IntegrityError from the write: the caller runs again (`on_step_race`)."""
+    span = transition_span_start(cause=cause, actor=actor)
     if context is None:
         if step is None:
             assert team is not None, "apply_event needs a locked step, or a team and an operation_ref"
@@ -601,6 +604,7 @@ def apply_event(
     plan_write(plan)
     if policy is not None:
         policy.written(plan)
+    transition_span_end(span, plan)
     return plan
 
 

@@ -25,11 +25,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from envelopes.tracing import step_traces
 from outbound import http, ssrf
 from outbound.http import SEND_TIMEOUT
 from outbound.retry import retry_delay
+from telemetry import spans
 
-from .models import Channel, Message, SendTry
+from .models import Channel, Message, Notice, SendTry
 from .services import channel_disable, notice_is_live
 
 logger = logging.getLogger(__name__)
@@ -208,11 +210,24 @@ SENDERS = {Channel.Kind.EMAIL: _send_email, Channel.Kind.SLACK: _send_slack, Cha
 
 def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT) -> Result:
     """One try. Never raises for the receiver's faults: they are the result."""
-    try:
-        return SENDERS[Channel.Kind(claimed.kind)](claimed, timeout=timeout)
-    except Exception as error:  # a bug must not strand the message in its lease
-        logger.exception("notification %s: the send failed", claimed.message_id)
-        return Result(tried_at=timezone.now(), ok=False, error=f"internal error ({type(error).__name__})")
+    attributes: spans.Attributes = {
+        "holdpoint.notification.kind": claimed.kind,
+        "holdpoint.notification.try": claimed.number,
+    }
+    span_name = "holdpoint.notification.send"
+    with spans.worker_span(span_name, traces=lambda: _traces(claimed), attributes=attributes) as span:
+        try:
+            result = SENDERS[Channel.Kind(claimed.kind)](claimed, timeout=timeout)
+        except Exception as error:  # a bug must not strand the message in its lease
+            logger.exception("notification %s: the send failed", claimed.message_id)
+            result = Result(tried_at=timezone.now(), ok=False, error=f"internal error ({type(error).__name__})")
+        span.set_attribute("holdpoint.delivered", result.ok)
+    return result
+
+
+def _traces(claimed: Claimed) -> list[tuple[str, str]]:
+    """The traces of the steps the message announces (its span links to each)."""
+    return step_traces(list(Notice.objects.filter(message_id=claimed.pk).values_list("step_id", flat=True)))
 
 
 # --- recording -----------------------------------------------------------------------------------

@@ -31,8 +31,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from envelopes.tracing import step_traces
 from outbound.http import SEND_TIMEOUT, Posted, sending_client, signed_post
 from outbound.retry import retry_delay
+from telemetry import spans
 
 from .models import DeliveryTry, OutboxMessage
 from .services import endpoint_disable
@@ -54,6 +56,7 @@ class Claimed:
     url: str
     secret: str
     number: int  # this try's number
+    step_id: int | None = None  # the step the message is about (its trace, linked from the try's span)
 
 
 # --- 1. claim ----------------------------------------------------------------------------------
@@ -88,6 +91,7 @@ def messages_claim(*, now: datetime | None = None, limit: int = CLAIM_BATCH) -> 
                     url=message.endpoint.url,
                     secret=message.endpoint.secret,
                     number=message.tries,
+                    step_id=message.step_id,
                 )
             )
     return claimed
@@ -101,14 +105,26 @@ def message_send(claimed: Claimed, *, timeout: float = SEND_TIMEOUT, client: htt
     seconds of wall-clock time (outbound.http.signed_post). Never raises for the receiver's
     faults; they are the result. `client`: the sweep's (sending_client); without one, the try
     builds its own."""
-    return signed_post(
-        url=claimed.url,
-        secret=claimed.secret,
-        message_id=claimed.message_id,
-        body=claimed.body,
-        timeout=timeout,
-        client=client,
-    )
+    attributes: spans.Attributes = {
+        "holdpoint.webhook.message_id": claimed.message_id,
+        "holdpoint.webhook.try": claimed.number,
+    }
+
+    def traces() -> list[tuple[str, str]]:  # read only when spans are exported
+        return step_traces([claimed.step_id])
+
+    with spans.worker_span("holdpoint.webhook.try", traces=traces, attributes=attributes) as span:
+        posted = signed_post(
+            url=claimed.url,
+            secret=claimed.secret,
+            message_id=claimed.message_id,
+            body=claimed.body,
+            timeout=timeout,
+            client=client,
+        )
+        span.set_attribute("http.response.status_code", posted.status_code or 0)
+        span.set_attribute("holdpoint.delivered", posted.delivered)
+    return posted
 
 
 # --- 3. record -------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from typing import Any
 from django.utils import timezone
 
 from accounts.models import ApiKey, Team
+from telemetry import spans
+from telemetry.traceparent import incoming_trace_id
 
 from .. import lifecycle, policy_acts
 from ..errors import AttemptRefused
@@ -16,6 +18,7 @@ from ..models import Attempt, ProposedInput, Step, Tool
 from ..presenters import step_representation
 from ..proposal import AcceptedInput, Proposal, input_accept, proposal_remember
 from ..rfc3339 import rfc3339
+from ..tracing import gate_span_record
 from ..transitions import AGENT, Plan, ToolUnknown, apply_event, on_step_race, step_context
 from .policy_holds import hold_act
 
@@ -110,6 +113,7 @@ def attempt_request(
                 input=stored_input,
                 input_redacted=redacted,
                 grant={"id": grant.pk, "created_by": grant.created_by} if grant is not None else None,
+                trace_id=incoming_trace_id(),
             )
             proposal_remember(step, _proposal(attempt.number, fingerprint, accepted, now))
             return [attempt]
@@ -171,7 +175,9 @@ def attempt_request(
             rows=attempt_rows,
         )
 
-    plan = on_step_race(work, team=team)
+    with spans.span("holdpoint.gate", {spans.STEP_REF: operation_ref, spans.STEP_TOOL: tool_name}) as span:
+        plan = on_step_race(work, team=team)
+        gate_span_record(span, plan, consults[-1] if consults else None)
     step, outcome = plan.step, plan.outcome
     if step is None:
         raise AttemptRefused(

@@ -12,6 +12,7 @@ from typing import Any
 from django.utils import timezone
 
 from accounts.models import ApiKey, Team
+from telemetry.traceparent import incoming_trace_id
 
 from .. import lifecycle, policy_acts, schema
 from ..errors import EnvelopeInvalid, ToolMismatch
@@ -348,4 +349,5 @@ def envelope_build(
         flags=sorted(flags),
         documented=documented,
         step_closed=step_closed,
+        trace_id=incoming_trace_id(),
     )

@@ -22,6 +22,7 @@ import {
   errorFromProblem,
   isRecord,
 } from "./errors.js";
+import { traceHeaders } from "./tracing.js";
 import { checkOperationRef, checkToolName, neverSent, parseRetryAfter, parseTime, rfc3339, toJsonValue } from "./envelopes.js";
 import {
   checkCodes,
@@ -234,6 +235,7 @@ class Transport {
       Authorization: this.authorization,
       Accept: "application/json, application/problem+json",
       "User-Agent": `holdpoint-sdk-js/${VERSION}`,
+      ...(await traceHeaders()),
       ...(call.headers ?? {}),
     };
     if (body !== undefined && !("Content-Type" in headers)) headers["Content-Type"] = "application/json";

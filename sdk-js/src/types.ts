@@ -77,6 +77,8 @@ export interface Step {
   last_envelope: EnvelopeSummary | null;
   decisions: DecisionRecord[];
   proposal?: Proposal | null;
+  /** v1.2: the W3C trace id of the agent's latest call on the step that carried a traceparent. */
+  trace_id?: string | null;
   created_at: string;
   updated_at: string;
   url: string;

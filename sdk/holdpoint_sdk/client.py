@@ -25,6 +25,7 @@ from .envelopes import Failure, now_utc, parse_rfc3339
 from .errors import AttemptRefused, DecisionTimeout, HoldpointError
 from .guard import Guard, Outcome, takes_the_input
 from .receipts import check_approval
+from .tracing import trace_headers
 from .types import (
     AttemptGrant,
     CodeList,
@@ -94,7 +95,7 @@ class Holdpoint(ClientBase):
                     call.path,
                     params=call.params,
                     content=call.body,
-                    headers=call.headers,
+                    headers=trace_headers(call.headers),
                 )
             except httpx.TransportError as error:
                 wait = self._retry_wait(call, try_number, None)

@@ -81,6 +81,7 @@ class Step(TypedDict):
     last_envelope: EnvelopeSummary | None
     decisions: list[DecisionRecord]
     proposal: NotRequired[Proposal | None]  # v1.1
+    trace_id: NotRequired[str | None]  # v1.2: the agent's latest W3C trace id on the step
     created_at: str
     updated_at: str
     url: str

@@ -16,6 +16,7 @@ STEP_KEYS = {
     "reason",
     "correlation_id",
     "run_id",
+    "trace_id",
     "attempts",
     "max_attempts",
     "not_before",

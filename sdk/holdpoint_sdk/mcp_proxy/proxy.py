@@ -61,6 +61,7 @@ from ..errors import (
     HoldpointUnavailable,
     ValidationFailed,
 )
+from ..tracing import trace_context
 from ..types import Directive, Step, VerificationOutcome
 from .answers import call_answer, local_error, refused_answer
 from .calls import META, META_APPROVED, META_ATTEMPT, META_OPERATION_REF, META_RUN_ID, ToolCall, time_spent
@@ -178,8 +179,11 @@ class HoldpointProxy:
         call.operation_ref = self._operation_ref(call)
         started = time.perf_counter()
         try:
-            await self._approved_input_first(call)
-            return await self._guarded(call)
+            # The MCP client's trace (its `_meta.traceparent`, as MCP clients pass W3C context)
+            # on each Holdpoint call this tools/call makes; else this process's OpenTelemetry span.
+            with trace_context(client_meta.get("traceparent"), client_meta.get("tracestate")):
+                await self._approved_input_first(call)
+                return await self._guarded(call)
         except HoldpointUnavailable as error:
             return local_error(f"Holdpoint could not be reached ({error.detail}); the call was not made.")
         except HoldpointError as error:
