@@ -45,8 +45,9 @@ def build(links: int, chain: int) -> None:
 
     from accounts.models import Team
     from accounts.services import team_create
+    from bench.bulk import steps_bulk
     from envelopes.audit import _event_fields, _link_hash, _seal_hash
-    from envelopes.models import AuditEvent, AuditSeal, Step, Tool
+    from envelopes.models import AuditEvent, AuditSeal, Tool
 
     started = time.monotonic()
     call_command("migrate", verbosity=0)
@@ -55,14 +56,8 @@ def build(links: int, chain: int) -> None:
     tool = Tool.objects.create(team=team, name="refund_payment")
     steps_count = links // chain
     now = datetime.now(UTC) - timedelta(days=30)
-    steps = Step.objects.bulk_create(
-        [
-            Step(team=team, tool=tool, operation_ref=f"run_{n // 10}/refund_{n}", state="succeeded",
-                 reason="committed", created_at=now, updated_at=now, state_entered_at=now)
-            for n in range(steps_count)
-        ],
-        batch_size=5000,
-    )  # fmt: skip
+    refs = (f"run_{n // 10}/refund_{n}" for n in range(steps_count))
+    steps = steps_bulk(team=team, tool=tool, refs=refs, state="succeeded", reason="committed", at=now, audit_seq=chain)
     heads: dict[str, list] = {}
     seal_prev, seal_seq, written = GENESIS, 0, 0
     seals: list[AuditSeal] = []
@@ -107,7 +102,6 @@ def build(links: int, chain: int) -> None:
                     seal_prev, heads = seal.hash, {}
             copy.write("".join(row + "\n" for row in chunk))
         AuditSeal.objects.bulk_create(seals)
-        Step.objects.filter(team=team).update(audit_seq=chain)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE envelopes_auditevent")
     print(f"built {written:,} links in {len(steps):,} chains, {len(seals)} seals in "

@@ -29,7 +29,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from accounts.services import team_create  # noqa: E402
-from envelopes.models import Attempt, Step, Tool  # noqa: E402
+from bench.bulk import steps_bulk  # noqa: E402
+from envelopes.models import Attempt, Tool  # noqa: E402
 from rules.history import history_test  # noqa: E402
 
 
@@ -42,11 +43,8 @@ def main() -> None:
     team = team_create(slug=f"bench-history-{int(time.time())}")
     tool = Tool.objects.create(team=team, name="issue_refund")
     now = timezone.now()
-    steps = Step.objects.bulk_create(
-        Step(team=team, tool=tool, operation_ref=f"run/{n}", state="in_progress", reason="attempt_granted",
-             created_at=now, updated_at=now, state_entered_at=now)
-        for n in range(args.attempts)
-    )  # fmt: skip
+    refs = (f"run/{n}" for n in range(args.attempts))
+    steps = steps_bulk(team=team, tool=tool, refs=refs, state="in_progress", reason="attempt_granted", at=now)
     Attempt.objects.bulk_create(
         Attempt(step=step, number=1, fingerprint="0" * 64, granted_at=now,
                 input={"order": f"ord_{n}", "amount_cents": n * 10, "customer": f"c_{n % 50}"})

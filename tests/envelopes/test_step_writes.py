@@ -101,7 +101,8 @@ def test_every_door_applies_events_through_the_one_function() -> None:
                     offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert apps and not offenders, offenders
     writers = _writers_of_step_rows()
-    assert list(writers) == ["envelopes/transitions.py::plan_write"], writers
+    # bench/bulk.py builds measurement data past the machine, never a door.
+    assert sorted(writers) == ["bench/bulk.py::steps_bulk", "envelopes/transitions.py::plan_write"], writers
 
 
 def test_the_search_for_writers_of_step_rows_finds_one() -> None:
