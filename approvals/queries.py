@@ -19,9 +19,10 @@ from django.utils.functional import cached_property
 
 from accounts.models import Membership, Team
 from dashboard.shell import teams_of
-from envelopes.lifecycle import HELD, State, allowed_reviewer_actions
+from envelopes.lifecycle import allowed_reviewer_actions
 from envelopes.models import Attempt, AuditEvent, Decision, Envelope, ProposedInput, Quarantine, Step, Tool
 from envelopes.proposal import Proposal
+from envelopes.states import HELD, State
 
 from .inputs import SUMMARY_SOURCE_CHARS, ShownChange, input_changes, input_pretty, input_summary
 

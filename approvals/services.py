@@ -18,9 +18,10 @@ from accounts.services import NewApiKey, api_key_create, api_keys_revoke
 from envelopes import policy_acts
 from envelopes import services as step_services
 from envelopes.errors import InputInvalid, StepNotFound
-from envelopes.lifecycle import State, allowed_reviewer_actions
+from envelopes.lifecycle import allowed_reviewer_actions
 from envelopes.models import Decision, Step, Tool
 from envelopes.proposal import input_check, input_fingerprint, input_secret_check, proposal_of
+from envelopes.states import State
 from outbound.doorbell import doorbell_answered, doorbell_ring
 from policy.errors import GrantRefused
 from policy.services import grant_create

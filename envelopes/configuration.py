@@ -12,7 +12,7 @@ from accounts.models import Team
 
 from .audit import audit_append
 from .models import TOOL_NAME_RE, AuditEvent, ErrorCode, Tool
-from .transitions import tool_get_or_register
+from .step_context import tool_get_or_register
 
 TOOL_SETTINGS = {
     "side_effects": bool,

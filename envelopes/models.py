@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from accounts.models import Team
 
-from .lifecycle import HELD, TERMINAL, Snapshot, State
+from .lifecycle import Snapshot
+from .states import HELD, TERMINAL, State
 
 TOOL_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
 CODE_RE = r"^[A-Z][A-Z0-9_]{1,63}$"

@@ -32,8 +32,8 @@ from typing import Any
 from django.db.models import Count, Q
 from django.db.models.functions import TruncHour
 
-from envelopes.lifecycle import State
 from envelopes.models import AuditEvent, Envelope, Tool
+from envelopes.states import State
 from policy.models import RuleAct
 
 from . import histogram

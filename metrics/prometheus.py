@@ -16,8 +16,8 @@ from datetime import datetime
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from envelopes.lifecycle import HELD
 from envelopes.models import Step, Tool
+from envelopes.states import HELD
 from webhooks.models import OutboxMessage
 
 from .aggregates import aggregate_live

@@ -16,9 +16,9 @@ from typing import Any
 
 from django.db.models import Count, Min, Q, Sum
 
-from envelopes.lifecycle import HELD
 from envelopes.models import ErrorCode, Step, Tool
 from envelopes.rfc3339 import rfc3339
+from envelopes.states import HELD
 from policy.models import RuleTally
 
 from .activity import attempts_per_step as _attempts_per_step

@@ -31,11 +31,12 @@ from approvals.services import (
 )
 from approvals.similar import step_approve_with_grant
 from envelopes.errors import HoldpointError, StepNotFound
-from envelopes.lifecycle import State, allowed_reviewer_actions
+from envelopes.lifecycle import allowed_reviewer_actions
 from envelopes.models import Decision, Step
 from envelopes.presenters import step_representation
 from envelopes.rfc3339 import rfc3339
 from envelopes.services import step_lock_for_decision
+from envelopes.states import State
 from policy.models import Grant
 from policy.words import when_in_words
 

@@ -18,8 +18,9 @@ from ..models import Attempt, ProposedInput, Step, Tool
 from ..presenters import step_representation
 from ..proposal import AcceptedInput, Proposal, input_accept, proposal_remember
 from ..rfc3339 import rfc3339
+from ..step_context import ToolUnknown, step_context
 from ..tracing import gate_span_record
-from ..transitions import AGENT, Plan, ToolUnknown, apply_event, on_step_race, step_context
+from ..transitions import AGENT, Plan, apply_event, on_step_race
 from .policy_holds import hold_act
 
 

@@ -19,17 +19,8 @@ from ..errors import EnvelopeInvalid, ToolMismatch
 from ..models import Envelope, Quarantine, SkippedResource, Step, Tool
 from ..presenters import step_representation
 from ..redaction import redact_body
-from ..transitions import (
-    AGENT,
-    Plan,
-    StepContext,
-    ToolUnknown,
-    apply_event,
-    code_is_documented,
-    on_step_race,
-    step_context,
-    tool_auto_register,
-)
+from ..step_context import StepContext, ToolUnknown, code_is_documented, step_context, tool_auto_register
+from ..transitions import AGENT, Plan, apply_event, on_step_race
 from .circuits import tool_halt
 from .policy_holds import hold_act
 

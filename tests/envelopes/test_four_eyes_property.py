@@ -36,13 +36,13 @@ from envelopes.lifecycle import (
     EnvelopeRejected,
     ReviewerActed,
     Snapshot,
-    State,
     TimerFired,
     VerificationReported,
     advance,
     allowed_reviewer_actions,
 )
 from envelopes.models import Step
+from envelopes.states import State
 from tests.conftest import error_envelope
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -11,21 +11,16 @@ from hypothesis import strategies as st
 
 from envelopes import lifecycle
 from envelopes.lifecycle import (
-    EDGES,
-    HELD,
-    INITIAL,
-    REASONS,
-    TERMINAL,
     AttemptRequested,
     EnvelopeArrived,
     EnvelopeRejected,
     ReviewerActed,
     Snapshot,
-    State,
     TimerFired,
     VerificationReported,
     advance,
 )
+from envelopes.states import EDGES, HELD, INITIAL, REASONS, TERMINAL, State
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=2)

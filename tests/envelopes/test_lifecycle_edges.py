@@ -1,4 +1,4 @@
-"""`lifecycle.EDGES` is exactly the set of edges `advance()` takes: a brute force over every
+"""`states.EDGES` is exactly the set of edges `advance()` takes: a brute force over every
 state, every reason, the snapshot fields each rule reads, and every kind of event.
 
 Both directions matter: an edge the machine takes that the table lacks is an escape the
@@ -13,9 +13,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from envelopes.lifecycle import (
-    EDGES,
-    INITIAL,
-    REASONS,
     AttemptRequested,
     EnvelopeArrived,
     EnvelopeRejected,
@@ -23,11 +20,11 @@ from envelopes.lifecycle import (
     ReviewerActed,
     RuleDenied,
     Snapshot,
-    State,
     TimerFired,
     VerificationReported,
     advance,
 )
+from envelopes.states import EDGES, INITIAL, REASONS, State
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FP_A = "a" * 64

@@ -10,7 +10,7 @@ from accounts.models import Team
 from envelopes.configuration import tool_configure
 from envelopes.errors import ToolLimitReached
 from envelopes.models import Envelope, Quarantine, Step, Tool
-from envelopes.transitions import tool_auto_register
+from envelopes.step_context import tool_auto_register
 from tests.conftest import error_envelope, fingerprint
 from tests.envelopes.test_concurrency import run_together
 from tests.settings_file import settings_with_environment_unset

@@ -26,7 +26,7 @@ from envelopes.errors import AttemptRefused, EnvelopeInvalid
 from envelopes.events import DomainEvent
 from envelopes.models import Attempt, AuditEvent, Step
 from envelopes.presenters import step_representation
-from envelopes.transitions import tool_get_or_register
+from envelopes.step_context import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, fingerprint
 from tests.perf.rows import door
 from webhooks.models import OutboxMessage

@@ -20,7 +20,7 @@ from envelopes import services
 from envelopes.events import DomainEvent
 from envelopes.models import Step
 from envelopes.presenters import step_representation
-from envelopes.transitions import tool_get_or_register
+from envelopes.step_context import tool_get_or_register
 from tests.conftest import AgentClient, error_envelope, success_envelope
 from tests.perf.rows import door
 from webhooks.models import OutboxMessage

@@ -23,7 +23,7 @@ from accounts.models import Team
 from envelopes import modelsql
 from envelopes.events import DomainEvent
 from envelopes.models import Attempt, AuditEvent, Decision, Envelope, ProposedInput, Step
-from envelopes.transitions import tool_get_or_register
+from envelopes.step_context import tool_get_or_register
 
 pytestmark = [
     pytest.mark.django_db,
