@@ -244,7 +244,8 @@ class SignInCallbackView(OIDCAuthenticationCallbackView):
         try:
             return super().get(request)
         except (SuspiciousOperation, requests.RequestException, jwt.PyJWTError, KeyError, ValueError) as error:
-            logger.warning("single sign-on refused: %s", error)
+            # The library's messages may quote the request's own state or code: %r escapes them.
+            logger.warning("single sign-on refused: %s: %r", type(error).__name__, str(error)[:300])
             return self.login_failure()
 
     def login_failure(self) -> HttpResponse:
