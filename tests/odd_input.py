@@ -63,7 +63,8 @@ PAGE_ROUTES = {
     "rules:version": Route("/rules/version", ("team", "version"), "page"),
     "rules:grants": Route("/rules/grants/", ("team",), "page"),
 }
-# Read by the framework, not by our views: DRF's format suffix and drf-spectacular's language.
+# Read by the framework, not by our views: DRF's format suffix, drf-spectacular's language, the
+# OpenID Connect client's parameters.
 FRAMEWORK_ROUTES = {
     "schema": Route("/api/schema/", ("format", "lang"), "anyone"),
     "api-docs": Route("/api/docs/", (), "anyone"),
@@ -71,6 +72,9 @@ FRAMEWORK_ROUTES = {
     "jwks": Route("/.well-known/holdpoint/jwks.json", (), "anyone"),
     "readyz": Route("/readyz", (), "anyone"),
     "login": Route("/accounts/login/", ("next",), "anyone"),
+    # Single sign-on's start and callback: mozilla-django-oidc's views read these.
+    "oidc_authentication_init": Route("/oidc/authenticate/", ("next",), "anyone"),
+    "oidc_authentication_callback": Route("/oidc/callback/", ("code", "state", "error"), "anyone"),
 }
 ROUTES = {**AGENT_ROUTES, **REVIEWER_ROUTES, **PAGE_ROUTES, **FRAMEWORK_ROUTES}
 # DRF reads `format` on every API view (URL_FORMAT_OVERRIDE) before the view runs.

@@ -5,21 +5,14 @@ two-reviewer approval neither loses the first approval nor lets it count for ano
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from tests.migrating import migrate, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("approvals", "0001_initial")]
 AFTER = [("approvals", "0002_decision_input_fingerprint_edited")]
-
-
-def migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
 
 
 def test_a_pending_approval_counts_for_the_fingerprint_under_review() -> None:
@@ -42,7 +35,10 @@ def test_a_pending_approval_counts_for_the_fingerprint_under_review() -> None:
         decision_model.objects.create(step=waiting, reviewer=user, action="reject", decided_at=entered)
     finally:
         new = migrate(AFTER)
-    decisions = new.get_model("approvals", "Decision").objects
-    assert decisions.get(step__operation_ref="waiting", action="approve").input_fingerprint == "a" * 64
-    assert decisions.get(step__operation_ref="waiting", action="reject").input_fingerprint == ""
-    assert decisions.get(step__operation_ref="released").input_fingerprint == ""
+    try:
+        decisions = new.get_model("approvals", "Decision").objects
+        assert decisions.get(step__operation_ref="waiting", action="approve").input_fingerprint == "a" * 64
+        assert decisions.get(step__operation_ref="waiting", action="reject").input_fingerprint == ""
+        assert decisions.get(step__operation_ref="released").input_fingerprint == ""
+    finally:
+        migrate_to_latest()
