@@ -157,6 +157,7 @@ class StepFacts:
     etag: str = ""  # the step's ETag when the message was built (§10's Approve decides with it)
     proposal_facts: ProposalFacts | None = None  # the whole proposal, for Slack's Approve
     policy: str | None = None  # which rule or grant held, refused or approved it (§11), in words
+    similar_url: str | None = None  # the step page's "Approve and allow similar" form, when offered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -261,6 +262,12 @@ def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
         etag=f'"{notice.step.pk}.{notice.step.version}"',
         proposal_facts=proposal_facts(step),
         policy=policy_explained(step.get("policy"), reason=str(step.get("reason") or "")),
+        # §11: grants are never offered where two or more approvals are needed.
+        similar_url=(
+            f"{base_url()}/steps/{notice.step_id}/#grant-when"
+            if notice.step.state == "awaiting_approval" and notice.step.approvals_required < 2
+            else None
+        ),
     )
 
 
@@ -392,21 +399,36 @@ def slack_proposal(facts: ProposalFacts | None, *, awaiting: bool) -> SlackPropo
 
 
 def step_buttons(
-    *, team: str, step_id: int, operation_ref: str, etag: str, url: str, proposal: SlackProposal
+    *,
+    team: str,
+    step_id: int,
+    operation_ref: str,
+    etag: str,
+    url: str,
+    proposal: SlackProposal,
+    similar_url: str | None = None,
 ) -> ActionsBlock:
     """With the whole proposal shown: `Approve` posts back to /integrations/slack/actions with a
-    value Holdpoint signed for this step, ETag and fingerprint (slack_buttons), and `Reject` opens
-    the step page (a reason is needed). Otherwise no Approve, and no Reject either (it would only
-    open the same page). `Open the step page` in both cases, a link that decides nothing."""
+    value Holdpoint signed for this step, ETag and fingerprint (slack_buttons), `Reject` opens
+    the step page (a reason is needed) and, where §11 offers it, `Approve and allow similar…`
+    opens the step page's grant form (its condition is read in words there before saving).
+    Otherwise no Approve, and no Reject either (it would only open the same page). `Open the
+    step page` in both cases, a link that decides nothing."""
     page = ButtonElement(text="Open the step page", action_id="holdpoint.open", url=url)
     if not proposal.approvable:
         return ActionsBlock(block_id=f"holdpoint-step-{step_id}", elements=[page])
     value = approve_value(team=team, operation_ref=operation_ref, etag=etag, fingerprint=proposal.fingerprint)
+    similar = (
+        [ButtonElement(text="Approve and allow similar…", action_id="holdpoint.similar", url=similar_url)]
+        if similar_url
+        else []
+    )
     return ActionsBlock(
         block_id=f"holdpoint-step-{step_id}",
         elements=[
             ButtonElement(text="Approve", action_id="holdpoint.approve", value=value, style="primary"),
             ButtonElement(text="Reject", action_id="holdpoint.reject", url=url),
+            *similar,
             page,
         ],
     )
@@ -421,6 +443,7 @@ def step_decision_blocks(
     etag: str,
     url: str,
     proposal: ProposalFacts | None,
+    similar_url: str | None = None,
 ) -> list[Block]:
     """The proposal's section and, for a step awaiting approval with §10 configured, its buttons:
     the message a notification sends and the one a first of two approvals leaves behind."""
@@ -430,7 +453,15 @@ def step_decision_blocks(
     if awaiting:
         assert step_id is not None
         blocks.append(
-            step_buttons(team=team, step_id=step_id, operation_ref=operation_ref, etag=etag, url=url, proposal=shown)
+            step_buttons(
+                team=team,
+                step_id=step_id,
+                operation_ref=operation_ref,
+                etag=etag,
+                url=url,
+                proposal=shown,
+                similar_url=similar_url,
+            )
         )
     return blocks
 
@@ -456,6 +487,7 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
         etag=facts.etag,
         url=facts.url,
         proposal=facts.proposal_facts,
+        similar_url=facts.similar_url,
     )
     # Ours alone: the step page's URL (HOLDPOINT_BASE_URL), which decides nothing; a button
     # when the step has buttons, else a link.

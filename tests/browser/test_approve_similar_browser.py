@@ -65,6 +65,23 @@ def test_a_reviewer_narrows_the_condition_reads_it_in_words_and_approves_with_a_
     assert_accessible(page)
 
 
+def test_slacks_approve_and_allow_similar_link_opens_the_grant_form(
+    open_page: OpenPage, make_reviewer: Any, agent: AgentClient, team: Team
+) -> None:
+    # notifications.content links Slack's button to the form's field: Chromium opens the closed
+    # <details> it sits in when the fragment points inside it.
+    held = held_with_input(agent, "run_6/refund_1", {"customer": "cus_7", "amount_cents": 900}, run_id="run_6")
+    make_reviewer("rita", "reviewer")
+    page = open_page().page
+    log_in(page, "rita")
+    page.goto(f"/steps/{held.pk}/#grant-when")
+
+    expect(page.get_by_label("Allow calls when")).to_be_visible()
+    expect(page.get_by_label("Allow calls when")).to_have_value(
+        'input.amount_cents == 900 && input.customer == "cus_7"'
+    )
+
+
 def test_a_changed_condition_without_javascript_is_shown_in_words_before_anything_is_saved(
     browser: Any, live_server: Any, make_reviewer: Any, agent: AgentClient, team: Team
 ) -> None:

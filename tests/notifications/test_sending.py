@@ -233,7 +233,7 @@ def test_with_slack_signing_configured_an_approval_carries_approve_and_reject(
     notify()
     slack.check()
     (actions,) = [block for block in slack.payloads()[1]["blocks"] if block["type"] == "actions"]
-    approve, reject, page = actions["elements"]
+    approve, reject, similar, page = actions["elements"]
     assert (approve["action_id"], approve["text"]["text"]) == ("holdpoint.approve", "Approve")
     value = json.loads(approve["value"])
     fingerprint = input_fingerprint(REFUND_INPUT)
@@ -249,6 +249,7 @@ def test_with_slack_signing_configured_an_approval_carries_approve_and_reject(
     assert (reject["text"]["text"], reject["url"]) == ("Reject", f"http://127.0.0.1:8000/steps/{step.pk}/")
     assert "value" not in reject  # Reject decides nothing: it opens the step page
     assert (page["text"]["text"], page["url"]) == ("Open the step page", reject["url"]) and "value" not in page
+    assert similar["url"] == f"{reject['url']}#grant-when" and "value" not in similar  # the grant form (§11)
 
 
 def test_the_slack_receiver_refuses_what_slack_refuses(slack: SlackReceiver) -> None:

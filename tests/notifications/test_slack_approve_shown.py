@@ -109,6 +109,27 @@ def test_a_short_clean_proposal_is_shown_whole_with_approve_and_its_fingerprint_
         "fp": fingerprint[:12],
         "mac": expected_mac(team="acme", operation_ref="run_1/refund", etag=etag, fingerprint=fingerprint),
     }
+    assert [button["text"]["text"] for button in buttons(message)] == [
+        "Approve",
+        "Reject",
+        "Approve and allow similar…",
+        "Open the step page",
+    ]
+    similar = buttons(message)[2]
+    # A link to the step page's grant form (§11: its condition is read in words before saving).
+    assert similar["url"] == f"http://127.0.0.1:8000/steps/{step.pk}/#grant-when" and "value" not in similar
+
+
+def test_a_tool_needing_two_approvals_offers_no_grant_in_slack(
+    team: Team, agent: AgentClient, slack: SlackReceiver, channel: None
+) -> None:
+    from django.core.management import call_command
+
+    call_command("configuretool", "acme", "charge_card", "required_approvals=2")
+    hold_proposing(agent, "run_1/refund", SHORT)
+    notify()
+
+    message = message_for(slack, "run_1/refund")
     assert [button["text"]["text"] for button in buttons(message)] == ["Approve", "Reject", "Open the step page"]
 
 
@@ -233,7 +254,8 @@ def test_a_digest_never_shows_buttons_without_their_proposal(team: Team, agent: 
     shown = [i for i, block in enumerate(blocks) if block["type"] == "actions"]
     assert shown and all(blocks[i - 1]["text"]["text"].startswith("proposal") for i in shown)
     more = [b["text"]["text"] for b in blocks if b["type"] == "section" and b["text"]["text"].startswith("and ")]
-    assert 8 <= len(shown) <= 10 and more == [f"and {12 - len(shown)} more"]
+    # Each step's blocks (with Approve and allow similar) take about 1,600 of the 12,000 characters.
+    assert 7 <= len(shown) <= 10 and more == [f"and {12 - len(shown)} more"]
 
 
 def test_a_digest_of_long_proposals_stays_within_what_slack_takes_in_all(
