@@ -104,7 +104,17 @@ def test_a_decision_sends_step_decided_with_the_decision(
     assert decided["step"]["state"] == "retry_ready"
     decision = decided["decision"]
     # §5's fields, and (v1.2, §11) who decided: a reviewer, or a rule or grant.
-    assert set(decision) == {"action", "reviewer", "reason", "decided_at", "input_fingerprint", "edited", "decided_by"}
+    assert set(decision) == {
+        "action",
+        "reviewer",
+        "reason",
+        "decided_at",
+        "input_fingerprint",
+        "edited",
+        "decided_by",
+        "receipt",
+    }
+    assert len(decision["receipt"].split(".")) == 3  # §13: a compact JWS (its claims: tests/evidence)
     assert (decision["action"], decision["reviewer"]) == ("approve", "rita")
     assert decision["decided_by"] == {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None}
     assert decided["step"]["policy"] is None
