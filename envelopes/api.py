@@ -27,6 +27,7 @@ from .models import ErrorCode, SkippedResource, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
+from .transitions import RunAgain, in_callers_transaction
 
 
 def request_team(request: Request) -> Team:
@@ -66,6 +67,16 @@ def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return work()
+    try:
+        # The work in this transaction without a savepoint of its own; should it raise (a step
+        # race, a new tool, a rejected body), all of it runs again with one.
+        with in_callers_transaction():
+            return _keyed(request, endpoint, key, body_sha, work)
+    except RunAgain:
+        return _keyed(request, endpoint, key, body_sha, work)
+
+
+def _keyed(request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response]) -> Response:
     try:
         with transaction.atomic():
             claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)

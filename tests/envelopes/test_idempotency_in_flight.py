@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from envelopes import api, idempotency, services
 from envelopes.idempotency import IN_FLIGHT_TIMEOUT, body_fingerprint, idempotency_claim, in_flight_retry_after
-from envelopes.models import AuditEvent, Envelope, IdempotencyRecord, Quarantine, Step
+from envelopes.models import AuditEvent, Envelope, IdempotencyRecord, Quarantine, Step, Tool
 from tests import worker
 from tests.conftest import AgentClient, error_envelope, fingerprint
 
@@ -341,3 +341,17 @@ def test_the_claims_one_second_wait_does_not_bound_the_works_own_locks(agent) ->
     with connection.cursor() as cursor:
         cursor.execute("SHOW lock_timeout")
         assert cursor.fetchone()[0] == "0"
+
+
+def test_a_keyed_call_whose_work_runs_again_does_it_once(agent) -> None:
+    """In the keyed transaction the work has no savepoint of its own: a work that raises inside
+    it (here a tool never seen, registered between two runs) rolls all of it back and runs again
+    with one (transitions.RunAgain). One envelope, one tool, one stored answer."""
+    body = json.dumps(error_envelope(tool="brand_new_tool", operation_ref="new-tool/1")).encode()
+    first = agent.envelope(body, HTTP_IDEMPOTENCY_KEY="k-new")
+    again = agent.envelope(body, HTTP_IDEMPOTENCY_KEY="k-new")
+    assert (first.status_code, again.status_code, again["Idempotent-Replayed"]) == (201, 201, "true")
+    assert again.json() == first.json()
+    assert Envelope.objects.filter(step__tool__name="brand_new_tool").count() == 1
+    assert Tool.objects.filter(name="brand_new_tool").count() == 1
+    assert IdempotencyRecord.objects.filter(key="k-new").count() == 1
