@@ -76,6 +76,14 @@ HELD_ENVELOPE: dict[str, Any] = {
     "safe_details": {"limit": "1000"},
 }
 
+# A guarded call's report of success (targets named guarded*: the gate, then this, for one ref).
+SUCCESS_ENVELOPE: dict[str, Any] = {
+    "ok": True,
+    "tool": "send_email",
+    "operation_ref": REF_MARK.decode(),
+    "commit_state": "committed",
+}
+
 # The attempt gate's body (targets named attempt*): a new step's first attempt, granted.
 ATTEMPT: dict[str, Any] = {"tool": "send_email", "input_fingerprint": "0" * 64}
 
@@ -129,8 +137,9 @@ def parse_target(text: str) -> Target:
 
 def kind_of(name: str) -> str:
     """What a target is sent, by its name: attempt-input*, attempt-rules* (the same ~1 KiB input,
-    for the team with 50 rules and a grant: bench_setup.py), attempt*, held*, or an envelope."""
-    for kind in ("attempt-input", "attempt-rules", "attempt", "held"):
+    for the team with 50 rules and a grant: bench_setup.py), attempt*, held*, guarded* (a pair:
+    the ~1 KiB input's gate call, then its success envelope, both keyed), or an envelope."""
+    for kind in ("attempt-input", "attempt-rules", "attempt", "held", "guarded"):
         if name.startswith(kind):
             return kind
     return "envelope"
@@ -152,9 +161,13 @@ class Bodies:
     def __init__(self, target: Target, api_key: str, run_tag: str) -> None:
         self.kind = kind_of(target.name)
         self.prefix = f"bench/{run_tag}/{target.name}/".encode()
-        if self.kind.startswith("attempt"):
+        if self.kind == "guarded":
+            self.success_before, _, self.success_after = (
+                json.dumps(SUCCESS_ENVELOPE, separators=(",", ":")).encode().partition(REF_MARK)
+            )
+        if self.kind.startswith("attempt") or self.kind == "guarded":
             body = dict(ATTEMPT)
-            if self.kind in ("attempt-input", "attempt-rules"):
+            if self.kind in ("attempt-input", "attempt-rules", "guarded"):
                 body |= {"input": ATTEMPT_INPUT, "input_fingerprint": jcs_sha256(ATTEMPT_INPUT)}
             self.fixed = json.dumps(body, separators=(",", ":")).encode()
             self.prefix = self.prefix.replace(b"/", b"%2F")
@@ -175,8 +188,9 @@ class Bodies:
         ).encode()
         self.head = f"POST {target.path}".encode() + self.tail
         # `*-keyed`: every request with an Idempotency-Key of its own, as the SDK's guard and
-        # holdpoint-mcp send every gate and envelope.
-        self.keyed = target.name.endswith("-keyed")
+        # holdpoint-mcp send every gate and envelope (and so a guarded call's pair).
+        self.keyed = target.name.removesuffix("-b").endswith("-keyed") or self.kind == "guarded"
+        self.envelope_head = self.head.replace(target.path.encode(), b"/api/v1/envelopes", 1)
 
     def ref(self) -> bytes:
         return self.prefix + uuid.uuid4().hex.encode()
@@ -185,8 +199,25 @@ class Bodies:
         """An envelope's body (the httpx client posts envelopes only)."""
         return self.before + self.ref() + self.after
 
+    def unit(self) -> list[bytes]:
+        """The requests of one measured unit, sent one after the other on one connection: one
+        request, or a guarded call's gate call and then its success envelope for the same ref."""
+        if self.kind != "guarded":
+            return [self.request()]
+        ref = uuid.uuid4().hex.encode()
+        gate_path = self.path_before + self.prefix + ref + self.path_after  # the prefix %2F-encoded
+        envelope = self.success_before + self.prefix.replace(b"%2F", b"/") + ref + self.success_after
+        return [
+            b"POST " + gate_path + self.tail[:-16] + self._key() + self.tail[-16:] + self._length(self.fixed),
+            self.envelope_head[:-16] + self._key() + self.envelope_head[-16:] + self._length(envelope),
+        ]
+
+    @staticmethod
+    def _key() -> bytes:
+        return b"Idempotency-Key: " + uuid.uuid4().hex.encode() + b"\r\n"
+
     def request(self) -> bytes:
-        key = b"Idempotency-Key: " + uuid.uuid4().hex.encode() + b"\r\n" if self.keyed else b""
+        key = self._key() if self.keyed else b""
         if self.kind.startswith("attempt"):
             path = self.path_before + self.ref() + self.path_after
             return b"POST " + path + self.tail[:-16] + key + self.tail[-16:] + self._length(self.fixed)
@@ -273,20 +304,27 @@ async def raw_connection(round_: Round, bodies: Bodies) -> None:
                     await asyncio.sleep(0.05)
                     continue
             assert reader is not None
-            request = bodies.request()
             start = time.perf_counter()
             try:
-                writer.write(request)
-                status, body, closes = await asyncio.wait_for(read_response(reader), REQUEST_TIMEOUT_S)
+                status, body = 0, b""
+                for request in bodies.unit():  # a guarded call's pair is one unit, one sample
+                    if writer is None:
+                        reader, writer = await asyncio.open_connection(target.host, target.port)
+                    assert reader is not None
+                    writer.write(request)
+                    status, body, closes = await asyncio.wait_for(read_response(reader), REQUEST_TIMEOUT_S)
+                    if closes:  # gunicorn's sync workers close after every answer
+                        writer.close()
+                        reader = writer = None
+                    if status != 201:
+                        break
             except (OSError, ConnectionClosedError, asyncio.IncompleteReadError, ValueError, TimeoutError):
                 round_.record(start, time.perf_counter(), 0)
-                writer.close()
+                if writer is not None:
+                    writer.close()
                 reader = writer = None
                 continue
             round_.record(start, time.perf_counter(), status, body)
-            if closes:  # gunicorn's sync workers close after every answer
-                writer.close()
-                reader = writer = None
     finally:
         if writer is not None:
             writer.close()
@@ -504,13 +542,14 @@ async def prime(target: Target, bodies: Bodies, connections: int, requests: int)
         reader, writer = await asyncio.open_connection(target.host, target.port)
         try:
             for _ in range(requests):
-                writer.write(bodies.request())
-                status, body, closes = await read_response(reader)
-                if status != 201:
-                    raise SystemExit(f"load.py: {target.name} answered {status} while priming: {body[:300]!r}")
-                if closes:
-                    writer.close()
-                    reader, writer = await asyncio.open_connection(target.host, target.port)
+                for request in bodies.unit():
+                    writer.write(request)
+                    status, body, closes = await read_response(reader)
+                    if status != 201:
+                        raise SystemExit(f"load.py: {target.name} answered {status} while priming: {body[:300]!r}")
+                    if closes:
+                        writer.close()
+                        reader, writer = await asyncio.open_connection(target.host, target.port)
         finally:
             writer.close()
 
@@ -519,12 +558,16 @@ async def prime(target: Target, bodies: Bodies, connections: int, requests: int)
 
 async def preflight(target: Target, bodies: Bodies) -> str:
     """One request: a target that does not answer 201 stops the run before any load."""
-    reader, writer = await asyncio.open_connection(target.host, target.port)
-    try:
-        writer.write(bodies.request())
-        status, body, _ = await read_response(reader)
-    finally:
-        writer.close()
+    status, body = 0, b""
+    for request in bodies.unit():
+        reader, writer = await asyncio.open_connection(target.host, target.port)
+        try:
+            writer.write(request)
+            status, body, _ = await read_response(reader)
+        finally:
+            writer.close()
+        if status != 201:
+            break
     if status != 201:
         raise SystemExit(f"load.py: {target.name} answered {status} to a valid envelope: {body[:500]!r}")
     return ", ".join(sorted(json.loads(body)))
@@ -717,7 +760,18 @@ def rss_timeline(sampler: RssSampler, target: Target, points: int = 12) -> list[
 
 
 # Issue 14's goals, per target, against the floor of the same run (others: --target-ratio).
-TARGET_RATIOS = {"floor-authed": 0.6, "ingest": 0.3, "attempt": 0.35, "attempt-input": 0.35}
+# Issue 29's: the keyed twins, and a guarded call's pair (its rate is pairs per second).
+TARGET_RATIOS = {
+    "floor-authed": 0.6,
+    "ingest": 0.3,
+    "attempt": 0.35,
+    "attempt-input": 0.35,
+    "ingest-keyed": 0.34,
+    "attempt-keyed": 0.36,
+    "guarded-call": 0.17,
+}
+# Issue 29: at one connection, a guarded call's pair within this many times the floor's p50.
+GUARDED_P50_RATIO = 3.5
 
 
 def verdict(
@@ -735,6 +789,12 @@ def verdict(
         f"\nratio {name}/floor: {ratio:.2f}  (per round: {', '.join(f'{p:.2f}' for p in pairs)})"
         f"   target >= {target_ratio:.2f}: {'met' if ratio >= target_ratio else 'MISSED'}"
     )
+    p50_ratio = result.p50 / floor.p50
+    if kind_of(name) == "guarded" and args.connections == 1:
+        met = "met" if p50_ratio <= GUARDED_P50_RATIO else "MISSED"
+        print(f"p50 {name}/floor: {p50_ratio:.2f}   target <= {GUARDED_P50_RATIO:g} at one connection: {met}")
+    else:
+        print(f"p50 {name}/floor: {p50_ratio:.2f}  ({result.p50 - floor.p50:+.2f} ms)")
     tail_ok = result.p99 <= 3 * result.p50
     print(
         f"{name} p99: {result.p99:.1f} ms   target < {args.target_p99:g} ms:"

@@ -230,7 +230,7 @@ async def run(args: argparse.Namespace) -> None:
     env = {
         **os.environ,
         "HOLDPOINT_API_KEY": args.api_key or "hp_stub",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "sdk"))),  # this tree's SDK, not an install's
         "HOLDPOINT_MCP_TIMINGS": "1",  # one line per call: gate, upstream, envelope, proxy's own ms
     }
     logs = {name: Path(tempfile.mkdtemp()) / f"{name}.log" for name in ("proxied", "proxied-stub")}

@@ -21,21 +21,13 @@ from . import errors, openapi, schema, services
 from .apikit.pagination import StepCursor
 from .apikit.problems import CONTENT_TYPE, problem_exception_handler
 from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
-from .idempotency import (
-    IN_FLIGHT_RETRY_AFTER_S,
-    IdempotencyInFlight,
-    Replay,
-    body_fingerprint,
-    idempotency_claim,
-    idempotency_hold,
-    idempotency_release,
-    idempotency_store,
-)
+from .idempotency import Replay, body_fingerprint, idempotency_claim, idempotency_store
 from .lifecycle import State
 from .models import ErrorCode, SkippedResource, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
+from .transitions import RunAgain, in_callers_transaction
 
 
 def request_team(request: Request) -> Team:
@@ -49,7 +41,7 @@ def _request_key(request: Request) -> ApiKey:
 
 
 class _Unstored(Exception):
-    """An answer not to replay (5xx): the work's transaction rolls back and the key is released."""
+    """An answer not to replay (5xx): the work's transaction rolls back, and the claim with it."""
 
     def __init__(self, response: Response) -> None:
         self.response = response
@@ -67,36 +59,43 @@ def _answer(work: Callable[[], Response]) -> Response:
 
 
 def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[], Response]) -> Response:
-    """Do `work` once per Idempotency-Key: the work and the answer it stores for replays commit in
-    one transaction (contract §4), so no crash leaves work done and unanswered. An app error is an
-    answer too, committed with what its service wrote (an attempt refusal's audit link, a rejected
-    body's quarantine) and replayed like a success."""
+    """Do `work` once per Idempotency-Key: the claim, the work and the answer it stores for
+    replays are one transaction (contract §4, issue 29), so no crash leaves work done and
+    unanswered, and a keyed call costs one transaction, as a plain one does. An app error is an
+    answer too, committed with what its service wrote (an attempt refusal's audit link, a
+    rejected body's quarantine) and replayed like a success; a 5xx rolls back, claim and all."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return work()
-    claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
-    if isinstance(claim, Replay):
-        content_type = CONTENT_TYPE if claim.status >= 400 else None
-        response = Response(claim.body, status=claim.status, headers=claim.headers, content_type=content_type)
-        response["Idempotent-Replayed"] = "true"
-        return response
+    try:
+        # The work in this transaction without a savepoint of its own; should it raise (a step
+        # race, a new tool, a rejected body), all of it runs again with one.
+        with in_callers_transaction():
+            return _keyed(request, endpoint, key, body_sha, work)
+    except RunAgain:
+        return _keyed(request, endpoint, key, body_sha, work)
+
+
+def _keyed(request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response]) -> Response:
     try:
         with transaction.atomic():
-            if not idempotency_hold(claim):
-                raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S)
+            claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
+            if isinstance(claim, Replay):
+                return _replayed(claim)
             response = _answer(work)
             if response.status_code >= 500:
                 raise _Unstored(response)
             headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
             idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
     except _Unstored as unstored:
-        idempotency_release(claim)
         return unstored.response
-    except IdempotencyInFlight:
-        raise  # taken over by a duplicate: the claim is no longer ours to release
-    except Exception:
-        idempotency_release(claim)
-        raise
+    return response
+
+
+def _replayed(stored: Replay) -> Response:
+    content_type = CONTENT_TYPE if stored.status >= 400 else None
+    response = Response(stored.body, status=stored.status, headers=stored.headers, content_type=content_type)
+    response["Idempotent-Replayed"] = "true"
     return response
 
 
@@ -380,4 +379,3 @@ class RunSkippedApi(APIView):
                 ],
             }
         )
-

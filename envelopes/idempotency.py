@@ -1,12 +1,13 @@
 """Idempotency-Key: the stored answer for a replay, a refusal for a key reused on another body.
 
-The key is claimed in its own short transaction before the work starts, so a concurrent
-duplicate finds it in flight (409, with Retry-After) instead of doing the work twice. The work
-then runs in one transaction that first locks the claim (`idempotency_hold`) and ends by storing
-the answer (`idempotency_store`): the work and its answer commit together or not at all, so a
-crash between them can never leave work done without an answer to replay. A claim left without
-an answer is taken over after IN_FLIGHT_TIMEOUT, and only when no transaction holds it: its
-request died, and its work rolled back with it.
+The claim, the work and the stored answer are one transaction (issue 29): the claim's row is
+its first statement (`idempotency_claim`), the answer its last (`idempotency_store`). They
+commit together or not at all, so no crash leaves work done without an answer to replay, nor a
+claim behind it: a request that dies takes its claim with it, and the key is free at once. A
+concurrent duplicate waits on the claim's uncommitted row for at most IN_FLIGHT_WAIT and
+replays the first's answer, or is told 409 in flight (with Retry-After) instead of doing the
+work twice. A claim committed without an answer (an older version claimed in a transaction of
+its own) is in flight until IN_FLIGHT_TIMEOUT, then taken over if no transaction holds it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import Team
@@ -33,6 +34,10 @@ IN_FLIGHT_TIMEOUT = timedelta(seconds=60)
 # first one has run for longer, it is told the time left until its claim may be taken over.
 IN_FLIGHT_RETRY_AFTER_S = 1
 IN_FLIGHT_SLOW = timedelta(seconds=5)
+# How long a duplicate waits for the first request's transaction before it is told 409 (contract
+# §4 v1.2: at most a second); PostgreSQL's `lock_timeout` error for it.
+IN_FLIGHT_WAIT = timedelta(seconds=1)
+LOCK_NOT_AVAILABLE = "55P03"
 MAX_KEY_LENGTH = 255
 
 
@@ -78,7 +83,9 @@ def body_fingerprint(*parts: bytes | str) -> str:
 
 
 def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) -> IdempotencyRecord | Replay:
-    """Claim the key for this request, or return the stored answer to replay."""
+    """Claim the key for this request, or return the stored answer to replay. Called in the
+    transaction that does the work and stores its answer (`_idempotent`): the claim is then
+    visible to nobody until that transaction commits, with its answer, or rolls back, with it."""
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise IdempotencyKeyInvalid(
             "Idempotency-Key must be 1..255 printable characters.",
@@ -96,6 +103,8 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
             raise IdempotencyKeyReused("This Idempotency-Key was used with another request body.")
         if existing.status is not None:
             return Replay(status=existing.status, body=existing.response, headers=existing.headers)
+        # A claim committed without its answer: claimed in a transaction of its own (a version
+        # before issue 29, still running beside this one in a rolling upgrade, or a test).
         claimed_at = existing.created_at
         if claimed_at < timezone.now() - IN_FLIGHT_TIMEOUT:
             _take_over_abandoned(existing)
@@ -105,26 +114,27 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
 
 
 def _claim(claim: IdempotencyRecord) -> bool:
-    """Insert the claim in a transaction of its own; False if the key is claimed already.
+    """Insert the claim; False if the key is claimed already.
 
-    On PostgreSQL (outside any transaction, as `_idempotent` calls it): one prepared statement,
-    its own transaction, committed without waiting for the disk (`synchronous_commit` off for
-    that transaction alone, set as the row is returned). What the claim protects needs no more:
-    a crash can lose only a claim whose work had not committed (the work's own commit waits for
-    the disk, and so for every earlier commit), and a lost claim is a key never seen: waiting
-    for the disk here would cost every keyed request a second flush on top of its work's."""
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
+    A duplicate's INSERT waits for the transaction that holds the key's uncommitted row: False
+    once that one commits (its answer is then there to read), True if it rolls back. On
+    PostgreSQL the wait is at most IN_FLIGHT_WAIT (`lock_timeout` for this statement alone, set
+    before the insert and put back as it returns), then 409 in flight; SQLite's writers take
+    turns (BEGIN IMMEDIATE), so there a duplicate waits for the first's commit at its BEGIN."""
+    if connection.vendor != "postgresql":
         try:
             with transaction.atomic():
                 claim.save(force_insert=True)
         except IntegrityError:
             return False
         return True
-    sql, values = modelsql.insert(claim)
-    row = modelsql.fetchone_bound(
-        f"{sql} ON CONFLICT DO NOTHING RETURNING {modelsql.quote('id')}, set_config('synchronous_commit', 'off', true)",
-        values,
-    )
+    sql, values = _claim_sql(), [_in_flight_wait_ms(), *modelsql.insert(claim)[1]]
+    try:
+        row = modelsql.fetchone_bound(sql, values)
+    except OperationalError as error:
+        if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S) from error
     if row is None:
         return False
     claim.pk = row[0]
@@ -132,10 +142,31 @@ def _claim(claim: IdempotencyRecord) -> bool:
     return True
 
 
+def _in_flight_wait_ms() -> str:
+    return str(int(IN_FLIGHT_WAIT.total_seconds() * 1000))
+
+
+@functools.cache
+def _claim_sql() -> str:
+    """The claim's INSERT (without its pk: the database numbers it) as one prepared statement
+    that sets `lock_timeout` before the row is inserted, which is where a duplicate waits, and
+    puts the caller's value back in its RETURNING. The values are cast to their columns' types
+    (an INSERT ... SELECT does not infer them as VALUES does)."""
+    q = modelsql.quote
+    fields = [field for field in modelsql.column_fields(IdempotencyRecord) if not field.primary_key]
+    columns = ", ".join(q(field.column) for field in fields)
+    values = ", ".join(f"CAST(%s AS {field.cast_db_type(connection)})" for field in fields)
+    return (
+        "WITH was AS (SELECT current_setting('lock_timeout') AS v), "  # noqa: S608 (names, types)
+        "wait AS (SELECT set_config('lock_timeout', %s, true) FROM was) "
+        f"INSERT INTO {modelsql.table(IdempotencyRecord)} ({columns}) SELECT {values} FROM wait "
+        f"ON CONFLICT DO NOTHING RETURNING {q('id')}, (SELECT set_config('lock_timeout', v, true) FROM was)"
+    )
+
+
 def _take_over_abandoned(record: IdempotencyRecord) -> None:
-    """Forget a claim whose request died without an answer: its work rolled back with it. A
-    claim that a live request still holds (`idempotency_hold`, a slow request) is skipped; on
-    SQLite, where writers take turns, the delete waits for that request and then finds its answer."""
+    """Forget a claim committed without an answer whose request died: its work rolled back with
+    it. A claim that a live request of an older version still holds (FOR UPDATE) is skipped."""
     with transaction.atomic():
         abandoned = list(
             IdempotencyRecord.objects.select_for_update(skip_locked=True)
@@ -145,36 +176,12 @@ def _take_over_abandoned(record: IdempotencyRecord) -> None:
         IdempotencyRecord.objects.filter(pk__in=abandoned, status__isnull=True).delete()
 
 
-def idempotency_hold(record: IdempotencyRecord) -> bool:
-    """Lock the claim for the caller's transaction, the one that does the work and stores its
-    answer, so that nobody takes it over while the work runs. False: it was taken over (the
-    request took longer than IN_FLIGHT_TIMEOUT before it began its work)."""
-    assert transaction.get_connection().in_atomic_block, "hold the claim in the work's transaction"
-    if connection.vendor != "postgresql":  # no FOR UPDATE there: writers take turns anyway
-        return IdempotencyRecord.objects.filter(pk=record.pk, status__isnull=True).exists()
-    return modelsql.fetchone_bound(_hold_sql(), [record.pk]) is not None
-
-
-@functools.cache
-def _hold_sql() -> str:
-    """`select_for_update().filter(pk=..., status__isnull=True).exists()`, written once: a
-    prepared statement on PostgreSQL (envelopes.modelsql), no ORM compilation per request."""
-    q = modelsql.quote
-    return (
-        f"SELECT 1 FROM {modelsql.table(IdempotencyRecord)} WHERE {q('id')} = %s AND {q('status')} IS NULL FOR UPDATE"  # noqa: S608
-    )
-
-
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:
     """Store the answer to replay: in the transaction of the work it answers (see the module).
     The three columns as `save(update_fields=...)` would write them, in one prepared statement
     (envelopes.modelsql)."""
     record.status, record.response, record.headers = status, body, headers
     modelsql.execute_bound(*modelsql.update(record, ("status", "response", "headers")))
-
-
-def idempotency_release(record: IdempotencyRecord) -> None:
-    IdempotencyRecord.objects.filter(pk=record.pk, status__isnull=True).delete()
 
 
 def idempotency_purge(*, now: datetime | None = None, batch: int = 5000) -> int:

@@ -16,7 +16,9 @@ dashboard, a timer, a task, every reviewer channel). It is three pieces, each wr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -373,10 +375,39 @@ def apply_event(
 T = TypeVar("T")
 
 
+# Set by a caller whose own transaction holds the work (an Idempotency-Key's, envelopes.api) and
+# that runs it all again when the work raises (`RunAgain`): the work then needs no savepoint.
+_IN_CALLERS_TRANSACTION: ContextVar[bool] = ContextVar("in_callers_transaction", default=False)
+
+
+class RunAgain(Exception):
+    """The work raised inside its caller's transaction, which had no savepoint for it: that
+    transaction is lost. The caller rolls it back and runs it again, outside `in_callers_transaction`."""
+
+
+@contextmanager
+def in_callers_transaction() -> Iterator[None]:
+    """`on_step_race` runs its work in the caller's transaction, without the SAVEPOINT and
+    RELEASE of a nested one (two round trips a keyed call does not need); whatever the work
+    raises becomes `RunAgain`."""
+    token = _IN_CALLERS_TRANSACTION.set(True)
+    try:
+        yield
+    finally:
+        _IN_CALLERS_TRANSACTION.reset(token)
+
+
 def on_step_race(work: Callable[[], T], *, team: Team | None = None) -> T:
     """Run `work` in a transaction of its own, and once more if another transaction created the
     step it creates first (its INSERT's IntegrityError): the second run finds that step. A
-    `ToolUnknown` registers the tool for `team` between two runs."""
+    `ToolUnknown` registers the tool for `team` between two runs. Within
+    `in_callers_transaction`, in the caller's transaction (see there)."""
+    if _IN_CALLERS_TRANSACTION.get() and connection.in_atomic_block:
+        try:
+            with transaction.atomic(savepoint=False):
+                return work()
+        except Exception as error:
+            raise RunAgain() from error
     try:
         try:
             with transaction.atomic():

@@ -25,9 +25,18 @@ class TamperProxy:
         self.only_ref: str | None = None  # alter only the grants of this step
         self.altered = 0
         self.paths: list[str] = []
+        # Requests to swallow (method, path prefix): held until `released` is set, then answered
+        # 503 without reaching Holdpoint, as a report lost with the process that sent it.
+        self.swallow: tuple[str, str] | None = None
+        self.swallowed: list[bytes] = []
+        self.released = threading.Event()
 
     def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
         self.paths.append(path)
+        if self.swallow is not None and method == self.swallow[0] and path.startswith(self.swallow[1]):
+            self.swallowed.append(body)
+            self.released.wait(120)
+            return 503, [("Content-Type", "text/plain")], b"swallowed"
         forwarded = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection")}
         response = httpx.request(method, self.upstream + path, headers=forwarded, content=body, timeout=30)
         content = response.content

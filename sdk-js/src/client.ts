@@ -11,6 +11,7 @@
  * the contract's shape first (`InvalidResponse` names what is missing).
  */
 
+import { checkMode, DEFAULT_QUEUE_SIZE, FLUSH_TIMEOUT_MS, ReportQueue, type ReportSuccess } from "./background.js";
 import {
   AttemptRefused,
   DecisionTimeout,
@@ -80,6 +81,11 @@ export interface ClientOptions {
   defaultRetryDelayMs?: number;
   /** Another fetch (a test double, a proxy agent's); default the global one. */
   fetch?: typeof fetch;
+  /** "after": a guard returns a success at once and posts its envelope in the background
+   * (see background.ts; `close()` flushes); default "before". A guard's option overrides it. */
+  reportSuccess?: ReportSuccess;
+  /** At most this many success reports queued (default 1 000); past it, a report is posted at once. */
+  reportQueueSize?: number;
 }
 
 export interface RequestOptions {
@@ -340,11 +346,45 @@ export class Holdpoint {
   // the next guard on that step runs it instead of its own input.
   private readonly approvedInputs = new Map<string, JsonObject>();
 
+  readonly reportSuccess: ReportSuccess;
+  private readonly reports: ReportQueue;
+
   constructor(baseUrl: string, apiKey: string, options: ClientOptions = {}) {
     this.baseUrl = checkBaseUrl(baseUrl);
     checkKey(apiKey, "hp_", "an API key", "apiKey");
     this.defaultRetryDelayMs = options.defaultRetryDelayMs ?? 30_000;
     this.transport = new Transport(this.baseUrl, apiKey, options);
+    this.reportSuccess = checkMode(options.reportSuccess);
+    this.reports = new ReportQueue(
+      (report) => this.postEnvelope(report.envelope, { idempotencyKey: report.idempotencyKey }),
+      options.reportQueueSize ?? DEFAULT_QUEUE_SIZE,
+    );
+  }
+
+  /** Queue a success's envelope, posted in the background under `idempotencyKey`. */
+  reportLater(envelope: Record<string, unknown>, idempotencyKey: string, operationRef: string): Promise<void> {
+    return this.reports.submit({ envelope, idempotencyKey, operationRef });
+  }
+
+  /** @internal Wait for this step's queued success report, if any (before its next gate call). */
+  async reportsSettled(operationRef: string): Promise<void> {
+    if (!(await this.reports.settled(operationRef))) console.warn(`holdpoint: the success report of ${operationRef} is still queued`);
+  }
+
+  /** Success reports queued or being posted (reportSuccess "after"). */
+  get reportsQueued(): number {
+    return this.reports.length;
+  }
+
+  /** Wait for the queued success reports; false if some are still queued after `timeoutMs`. */
+  flushReports(timeoutMs: number = FLUSH_TIMEOUT_MS): Promise<boolean> {
+    return this.reports.flush(timeoutMs);
+  }
+
+  /** Flush the queued success reports (at most `timeoutMs`); what is left is given up (its
+   * steps will ask for verification). */
+  close(timeoutMs: number = FLUSH_TIMEOUT_MS): Promise<void> {
+    return this.reports.close(timeoutMs);
   }
 
   /** The edited input a reviewer approved for this step, as this client last read it in the

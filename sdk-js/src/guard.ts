@@ -20,6 +20,7 @@
  *    that long, and an approval runs exactly the approved input.
  */
 
+import { checkMode, SUCCESS_DIRECTIVE, type ReportSuccess } from "./background.js";
 import { randomUUID } from "node:crypto";
 
 import type { Holdpoint } from "./client.js";
@@ -87,6 +88,9 @@ export interface GuardOptions {
   maxPollIntervalMs?: number;
   /** An evidence reference for a success (`verification.evidence_ref`), from the result. */
   evidenceRef?: (result: unknown) => string | null | undefined;
+  /** "after": return a success at once and post its envelope in the background (its
+   * directive is always `stop`; a failure is still reported first). Default: the client's. */
+  reportSuccess?: ReportSuccess;
 }
 
 /** What came of one guarded call, and what Holdpoint says to do next. */
@@ -115,6 +119,9 @@ export class Outcome<R = unknown> {
   readonly inputSent: boolean;
   /** The guard waited for a hold and it ran out of time (the step is still held). */
   readonly holdTimedOut: boolean;
+  /** reportSuccess "after": the envelope is queued, posted after this returned; `answer` is
+   * null and `directive` a success's (`stop`). */
+  readonly reportPending: boolean;
 
   constructor(fields: {
     operationRef: string;
@@ -131,6 +138,7 @@ export class Outcome<R = unknown> {
     inputEdited: boolean;
     inputSent: boolean;
     holdTimedOut?: boolean;
+    reportPending?: boolean;
   }) {
     this.operationRef = fields.operationRef;
     this.step = fields.step;
@@ -146,6 +154,7 @@ export class Outcome<R = unknown> {
     this.inputEdited = fields.inputEdited;
     this.inputSent = fields.inputSent;
     this.holdTimedOut = fields.holdTimedOut ?? false;
+    this.reportPending = fields.reportPending ?? false;
   }
 
   /** The call ran and reported success (its write committed). */
@@ -190,6 +199,7 @@ export class Outcome<R = unknown> {
       inputEdited: this.inputEdited,
       inputSent: this.inputSent,
       holdTimedOut: this.holdTimedOut,
+      reportPending: this.reportPending,
     };
   }
 }
@@ -265,6 +275,7 @@ async function askGate(
       idempotencyKey: attemptKey,
       ...(options.signal ? { signal: options.signal } : {}),
     });
+  await client.reportsSettled(operationRef); // its queued success report lands first
   let grant: AttemptGrant;
   try {
     try {
@@ -345,6 +356,11 @@ async function report<R>(
   const envelope = failure
     ? failure.envelope({ ...common, attemptsRemaining: grant.step.max_attempts - grant.step.attempts })
     : successEnvelope({ ...common, result, evidenceRef: options.evidenceRef?.(result) ?? null });
+  const fields = { operationRef, input, inputEdited: asked.inputEdited, inputSent: asked.inputSent, attempt: grant.attempt, error: thrown, failure, envelope };
+  if (!failure && checkMode(options.reportSuccess ?? client.reportSuccess) === "after") {
+    await client.reportLater(envelope, envelopeKey, operationRef);
+    return new Outcome<R>({ ...fields, step: grant.step, directive: { ...SUCCESS_DIRECTIVE }, result: what.failure ? undefined : result, reportPending: true });
+  }
   let answer: IngestAnswer;
   try {
     // Not under the caller's signal: a call that ran is always reported.

@@ -12,6 +12,7 @@
 export { Holdpoint, Reviewer, VERSION, WAITING_ACTIONS, stepPath, teamPath, teamStepPath } from "./client.js";
 export type { ClientOptions, ConditionalStep, Dialect, RequestOptions, ReviewedStep, WaitOptions } from "./client.js";
 export { GuardedCall, Outcome, newOperationRef } from "./guard.js";
+export type { ReportSuccess } from "./background.js";
 export type { GuardOptions, RunContext, ToolRun } from "./guard.js";
 export {
   DEFAULT_RETRY_DELAY_MS,

@@ -6,6 +6,7 @@ import { startDownstream, type Downstream } from "./support/downstream.js";
 import { startHoldpoint, type Live } from "./support/server.js";
 import { adapterScenarios } from "./live/adapters.js";
 import { exampleScenario } from "./live/example.js";
+import { reportAfterScenarios } from "./live/report-after.js";
 import { seedScenarios } from "./live/seeds.js";
 
 let live: Live | undefined;
@@ -28,4 +29,5 @@ describe("against a live Holdpoint", { timeout: 170_000 }, () => {
   seedScenarios(ctx);
   adapterScenarios(ctx);
   exampleScenario(ctx);
+  reportAfterScenarios(ctx);
 });

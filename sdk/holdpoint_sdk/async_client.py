@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -11,6 +12,14 @@ from urllib.parse import quote
 
 import httpx
 
+from .background import (
+    DEFAULT_QUEUE_SIZE,
+    FLUSH_TIMEOUT_S,
+    AsyncReportQueue,
+    PendingReport,
+    ReportSuccess,
+    check_mode,
+)
 from .client_base import (
     WAITING_ACTIONS,
     ApiCall,
@@ -39,6 +48,8 @@ from .types import (
     VerificationOutcome,
 )
 
+logger = logging.getLogger("holdpoint_sdk")
+
 
 class AsyncHoldpoint(ClientBase):
     """The asyncio client; the same methods as `Holdpoint`, awaited."""
@@ -54,6 +65,8 @@ class AsyncHoldpoint(ClientBase):
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        report_success: ReportSuccess = "before",
+        report_queue_size: int = DEFAULT_QUEUE_SIZE,
     ) -> None:
         super().__init__(
             base_url,
@@ -71,9 +84,37 @@ class AsyncHoldpoint(ClientBase):
         )
         self._sleep = sleep
         self._clock = clock
+        # report_success="after": a guard's success envelope is queued here (background.py).
+        self.report_success = check_mode(report_success)
+        self._reports = AsyncReportQueue(self._post_pending, maxsize=report_queue_size)
 
     async def aclose(self) -> None:
+        """Flush the queued success reports (at most FLUSH_TIMEOUT_S), then close."""
+        await self._reports.aclose()
         await self._http.aclose()
+
+    async def report_later(
+        self, envelope: Mapping[str, Any], *, idempotency_key: str, dialect: Dialect = "canonical"
+    ) -> None:
+        """Queue a success's envelope, posted in the background under `idempotency_key`."""
+        await self._reports.submit(PendingReport(envelope, idempotency_key, dialect))
+
+    async def _post_pending(self, report: PendingReport) -> None:
+        await self.post_envelope(report.envelope, idempotency_key=report.idempotency_key, dialect=report.dialect)  # type: ignore[arg-type]
+
+    async def reports_settled(self, operation_ref: str) -> None:
+        """Wait for the queued success report of this step, if any (before its next gate call)."""
+        if not await self._reports.settled(operation_ref):
+            logger.warning("holdpoint: the success report of %s is still queued", operation_ref)
+
+    @property
+    def reports_queued(self) -> int:
+        """Success reports queued or being posted (report_success="after")."""
+        return len(self._reports)
+
+    async def flush_reports(self, timeout: float = FLUSH_TIMEOUT_S) -> bool:
+        """Wait for the queued success reports; False if some are still queued after `timeout`."""
+        return await self._reports.flush(timeout)
 
     async def __aenter__(self) -> AsyncHoldpoint:
         return self
@@ -242,6 +283,7 @@ class AsyncHoldpoint(ClientBase):
         verification_tool: str | None = None,
         classify: Callable[[BaseException], Failure | None] | None = None,
         send_input: bool = True,
+        report_success: ReportSuccess | None = None,
     ) -> AsyncGuard:
         return AsyncGuard(
             self,
@@ -255,6 +297,7 @@ class AsyncHoldpoint(ClientBase):
             classify=classify,
             send_input=send_input,
             approved_input=self.approved_input(operation_ref) if operation_ref else None,
+            report_success=report_success,
         )
 
     async def guarded_call(self, *, tool: str, input: Any, call: Callable[[], Any], **options: Any) -> Outcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -10,6 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
+from .background import DEFAULT_QUEUE_SIZE, FLUSH_TIMEOUT_S, PendingReport, ReportQueue, ReportSuccess, check_mode
 from .client_base import (
     WAITING_ACTIONS,
     ApiCall,
@@ -38,6 +40,8 @@ from .types import (
     VerificationOutcome,
 )
 
+logger = logging.getLogger("holdpoint_sdk")
+
 
 class Holdpoint(ClientBase):
     """The synchronous client.
@@ -59,6 +63,8 @@ class Holdpoint(ClientBase):
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        report_success: ReportSuccess = "before",
+        report_queue_size: int = DEFAULT_QUEUE_SIZE,
     ) -> None:
         super().__init__(
             base_url,
@@ -76,9 +82,41 @@ class Holdpoint(ClientBase):
         )
         self._sleep = sleep
         self._clock = clock
+        # report_success="after": a guard's success envelope is queued here (background.py).
+        self.report_success = check_mode(report_success)
+        self._report_queue_size = report_queue_size
+        self._reports: ReportQueue | None = None
 
     def close(self) -> None:
+        """Flush the queued success reports (at most FLUSH_TIMEOUT_S), then close."""
+        if self._reports is not None:
+            self._reports.close()
         self._http.close()
+
+    def report_later(
+        self, envelope: Mapping[str, Any], *, idempotency_key: str, dialect: Dialect = "canonical"
+    ) -> None:
+        """Queue a success's envelope, posted in the background under `idempotency_key`."""
+        if self._reports is None:
+            self._reports = ReportQueue(self._post_pending, maxsize=self._report_queue_size)
+        self._reports.submit(PendingReport(envelope, idempotency_key, dialect))
+
+    def _post_pending(self, report: PendingReport) -> None:
+        self.post_envelope(report.envelope, idempotency_key=report.idempotency_key, dialect=report.dialect)  # type: ignore[arg-type]
+
+    def reports_settled(self, operation_ref: str) -> None:
+        """Wait for the queued success report of this step, if any (before its next gate call)."""
+        if self._reports is not None and not self._reports.settled(operation_ref):
+            logger.warning("holdpoint: the success report of %s is still queued", operation_ref)
+
+    @property
+    def reports_queued(self) -> int:
+        """Success reports queued or being posted (report_success="after")."""
+        return len(self._reports) if self._reports is not None else 0
+
+    def flush_reports(self, timeout: float = FLUSH_TIMEOUT_S) -> bool:
+        """Wait for the queued success reports; False if some are still queued after `timeout`."""
+        return self._reports.flush(timeout) if self._reports is not None else True
 
     def __enter__(self) -> Holdpoint:
         return self
@@ -255,6 +293,7 @@ class Holdpoint(ClientBase):
         verification_tool: str | None = None,
         classify: Callable[[BaseException], Failure | None] | None = None,
         send_input: bool = True,
+        report_success: ReportSuccess | None = None,
     ) -> Guard:
         """A guard around one tool call (see `Guard`). Keep `guard.operation_ref`: a retry of
         the same operation must use it again.
@@ -275,6 +314,7 @@ class Holdpoint(ClientBase):
             classify=classify,
             send_input=send_input,
             approved_input=self.approved_input(operation_ref) if operation_ref else None,
+            report_success=report_success,
         )
 
     def guarded_call(self, *, tool: str, input: Any, call: Callable[[], Any], **options: Any) -> Outcome:

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from . import __version__
+from .background import ReportSuccess
 from .envelopes import now_utc, parse_retry_after, parse_rfc3339, rfc3339
 from .errors import AttemptRefused, HoldpointError, HoldpointUnavailable, error_from_problem
 from .receipts import JWKS_PATH
@@ -313,6 +314,12 @@ class GateClient(Protocol):
 
     def post_envelope(self, envelope: Mapping[str, Any], *, idempotency_key: str | None = None) -> IngestAnswer: ...
 
+    report_success: ReportSuccess
+
+    def report_later(self, envelope: Mapping[str, Any], *, idempotency_key: str) -> None: ...
+
+    def reports_settled(self, operation_ref: str) -> None: ...
+
     def check_approval_receipt(
         self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str
     ) -> None: ...
@@ -338,6 +345,12 @@ class AsyncGateClient(Protocol):
     async def post_envelope(
         self, envelope: Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> IngestAnswer: ...
+
+    report_success: ReportSuccess
+
+    async def report_later(self, envelope: Mapping[str, Any], *, idempotency_key: str) -> None: ...
+
+    async def reports_settled(self, operation_ref: str) -> None: ...
 
     async def check_approval_receipt(
         self, step: Mapping[str, Any], *, operation_ref: str, tool: str, fingerprint: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -199,3 +200,18 @@ def error_from_problem(
         )
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else HoldpointError)
     return cls(detail, code=code or f"http_{status}", status=status, problem=body, retry_after=retry_after)
+
+
+def names_input(error: ValidationFailed) -> bool:
+    """A 422 about `input` itself (too large, too deep, not an object, or a v1 server that does
+    not know the field), as opposed to `input_fingerprint` (a mismatch is never papered over)."""
+    fields = [e.get("field") for e in error.errors if isinstance(e, Mapping)]
+    return any(
+        isinstance(name, str) and (name == "input" or name.startswith(("input.", "input/", "input[")))
+        for name in fields
+    )
+
+
+def input_rules(error: ValidationFailed) -> str:
+    rules = sorted({str(e.get("rule") or e.get("code") or "?") for e in error.errors if isinstance(e, Mapping)})
+    return ", ".join(rules) or error.code

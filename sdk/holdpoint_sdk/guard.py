@@ -16,7 +16,9 @@ A guard
 3. runs the call; whatever it raised, or an HTTP error response it returned, becomes an error
    envelope (see `holdpoint_sdk.envelopes`), anything else a success envelope;
 4. posts the envelope (with an Idempotency-Key) and hands back an `Outcome` carrying
-   Holdpoint's directive.
+   Holdpoint's directive; with `report_success="after"` a success's envelope is queued and
+   posted in the background instead (its directive is always `stop`: see
+   `holdpoint_sdk.background`), while a failure is still reported before the call returns.
 
 Leaving the `with` block with an exception after the gate granted the attempt, and before
 an outcome was reported, reports that exception, so no granted attempt is left unexplained.
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .background import SUCCESS_DIRECTIVE, ReportSuccess, check_mode
 from .client_base import AsyncGateClient, GateClient
 from .envelopes import (
     DEFAULT_RETRY_DELAY,
@@ -57,6 +60,8 @@ from .errors import (
     ServerError,
     Throttled,
     ValidationFailed,
+    input_rules,
+    names_input,
 )
 
 if TYPE_CHECKING:
@@ -66,21 +71,6 @@ if TYPE_CHECKING:
 
 _UNDELIVERED = (HoldpointUnavailable, ServerError, Throttled)
 logger = logging.getLogger("holdpoint_sdk")
-
-
-def _names_input(error: ValidationFailed) -> bool:
-    """A 422 about `input` itself (too large, too deep, not an object, or a v1 server that does
-    not know the field), as opposed to `input_fingerprint` (a mismatch is never papered over)."""
-    fields = [e.get("field") for e in error.errors if isinstance(e, Mapping)]
-    return any(
-        isinstance(name, str) and (name == "input" or name.startswith(("input.", "input/", "input[")))
-        for name in fields
-    )
-
-
-def _input_rules(error: ValidationFailed) -> str:
-    rules = sorted({str(e.get("rule") or e.get("code") or "?") for e in error.errors if isinstance(e, Mapping)})
-    return ", ".join(rules) or error.code
 
 
 def takes_the_input(fn: Callable[..., Any]) -> bool:
@@ -123,6 +113,9 @@ class Outcome:
     input: Any = None  # the input the gate was asked about (and the call ran, when granted)
     input_edited: bool = False  # a reviewer approved an edited input: `input` is theirs
     input_sent: bool = False  # the gate received `input` itself, not only its fingerprint
+    # report_success="after": the success's envelope is queued, posted after this returned;
+    # `answer` is None and `directive` is a success's (`stop`).
+    report_pending: bool = False
 
     @property
     def ok(self) -> bool:
@@ -177,8 +170,10 @@ class _GuardBase:
         send_input: bool = True,
         approved_input: Mapping[str, Any] | None = None,
         default_retry_delay: float = DEFAULT_RETRY_DELAY,
+        report_success: ReportSuccess = "before",
     ) -> None:
         self.tool = tool
+        self.report_mode = check_mode(report_success)
         self.original_input = input
         self.operation_ref = operation_ref or new_operation_ref()
         # Canonicalised once: the fingerprint and the size check of the input sent both use it.
@@ -257,10 +252,10 @@ class _GuardBase:
         """The gate refused the input itself (422): ask again with the fingerprint alone, under a
         new Idempotency-Key (the refusal is stored under the old one), so that the binding
         still holds and the write is still gated; the reviewer sees no input."""
-        self.input_withheld = f"Holdpoint refused it ({_input_rules(error)})"
+        self.input_withheld = f"Holdpoint refused it ({input_rules(error)})"
         logger.warning(
             "holdpoint: the attempt gate refused the input of %s on %s (%s); asking again with its fingerprint only",
-            self.tool, self.operation_ref, _input_rules(error),
+            self.tool, self.operation_ref, input_rules(error),
         )  # fmt: skip
         self.attempt_idempotency_key = "att_" + uuid.uuid4().hex
 
@@ -362,6 +357,20 @@ class _GuardBase:
         )
         return self.outcome
 
+    def _reported_later(self, envelope: dict[str, Any], result: Any) -> Outcome:
+        assert self.grant is not None
+        self.outcome = Outcome(
+            operation_ref=self.operation_ref,
+            step=self.grant["step"],
+            directive=dict(SUCCESS_DIRECTIVE),  # type: ignore[arg-type]
+            attempt=self.attempt,
+            result=result,
+            envelope=envelope,
+            report_pending=True,
+            **self._input_fields(),
+        )
+        return self.outcome
+
     def _undelivered(
         self,
         cause: HoldpointError,
@@ -391,7 +400,8 @@ class Guard(_GuardBase):
     """A guard around one synchronous tool call (built by `Holdpoint.guard`)."""
 
     def __init__(self, client: GateClient, **options: Any) -> None:
-        super().__init__(default_retry_delay=client.default_retry_delay, **options)
+        mode = options.pop("report_success", None) or client.report_success
+        super().__init__(default_retry_delay=client.default_retry_delay, report_success=mode, **options)
         self.client = client
 
     def begin(self) -> Outcome | None:
@@ -403,7 +413,7 @@ class Guard(_GuardBase):
             try:
                 self.grant = self._ask(sent)
             except ValidationFailed as error:
-                if sent is None or not _names_input(error):
+                if sent is None or not names_input(error):
                     raise
                 self._input_refused(error)
                 sent = None
@@ -416,6 +426,7 @@ class Guard(_GuardBase):
 
     def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:
         self.input_sent = sent is not None
+        self.client.reports_settled(self.operation_ref)  # its queued success report lands first
         return self.client.request_attempt(
             self.operation_ref,
             tool=self.tool,
@@ -446,9 +457,13 @@ class Guard(_GuardBase):
         return self.report_success(result)
 
     def report_success(self, result: Any = None, *, evidence_ref: str | None = None) -> Outcome:
-        """Report that the call committed (for calls not made through `call`)."""
+        """Report that the call committed (for calls not made through `call`); queued for the
+        background with report_success="after" (`outcome.report_pending`)."""
         self._start_report()
         envelope = self._success_envelope(result, evidence_ref)
+        if self.report_mode == "after":
+            self.client.report_later(envelope, idempotency_key=self.envelope_idempotency_key)
+            return self._reported_later(envelope, result)
         try:
             answer = self.client.post_envelope(envelope, idempotency_key=self.envelope_idempotency_key)
         except _UNDELIVERED as cause:
@@ -490,7 +505,8 @@ class AsyncGuard(_GuardBase):
     wrapped function may be a coroutine function or a plain one."""
 
     def __init__(self, client: AsyncGateClient, **options: Any) -> None:
-        super().__init__(default_retry_delay=client.default_retry_delay, **options)
+        mode = options.pop("report_success", None) or client.report_success
+        super().__init__(default_retry_delay=client.default_retry_delay, report_success=mode, **options)
         self.client = client
 
     async def begin(self) -> Outcome | None:
@@ -501,7 +517,7 @@ class AsyncGuard(_GuardBase):
             try:
                 self.grant = await self._ask(sent)
             except ValidationFailed as error:
-                if sent is None or not _names_input(error):
+                if sent is None or not names_input(error):
                     raise
                 self._input_refused(error)
                 sent = None
@@ -513,6 +529,7 @@ class AsyncGuard(_GuardBase):
 
     async def _ask(self, sent: dict[str, Any] | None) -> AttemptGrant:
         self.input_sent = sent is not None
+        await self.client.reports_settled(self.operation_ref)  # its queued success report lands first
         return await self.client.request_attempt(
             self.operation_ref,
             tool=self.tool,
@@ -543,6 +560,9 @@ class AsyncGuard(_GuardBase):
     async def report_success(self, result: Any = None, *, evidence_ref: str | None = None) -> Outcome:
         self._start_report()
         envelope = self._success_envelope(result, evidence_ref)
+        if self.report_mode == "after":
+            await self.client.report_later(envelope, idempotency_key=self.envelope_idempotency_key)
+            return self._reported_later(envelope, result)
         try:
             answer = await self.client.post_envelope(envelope, idempotency_key=self.envelope_idempotency_key)
         except _UNDELIVERED as cause:

@@ -12,16 +12,17 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from envelopes import api, idempotency, services
 from envelopes.idempotency import IN_FLIGHT_TIMEOUT, body_fingerprint, idempotency_claim, in_flight_retry_after
-from envelopes.models import AuditEvent, Envelope, IdempotencyRecord, Quarantine, Step
+from envelopes.models import AuditEvent, Envelope, IdempotencyRecord, Quarantine, Step, Tool
 from tests import worker
 from tests.conftest import AgentClient, error_envelope, fingerprint
 
@@ -87,7 +88,9 @@ def test_work_whose_answer_cannot_be_stored_is_rolled_back_and_done_once_on_retr
     assert Envelope.objects.count() == 1
 
 
-CRASH_AT_THE_ANSWER = textwrap.dedent(
+# The process dies at a point of the one transaction (the claim, the work, the answer, COMMIT):
+# no exception handler, no rollback by Python; the database sees its connection drop.
+CRASH = textwrap.dedent(
     """
     import os, sys
     import django
@@ -97,11 +100,25 @@ CRASH_AT_THE_ANSWER = textwrap.dedent(
     from rest_framework.test import APIClient
 
     import envelopes.api
+    import envelopes.services
 
     setup_test_environment()
-    # The process dies after the service did its work, before the answer is stored: no
-    # exception handler, no rollback by Python; the database sees its connection drop.
-    envelopes.api.idempotency_store = lambda *args, **kwargs: os._exit(70)
+    where, ingest, store = sys.argv[2], envelopes.services.envelope_ingest, envelopes.api.idempotency_store
+
+    def die_in_the_work(**kwargs):  # after the claim, in the middle of the work's writes
+        ingest(**kwargs)
+        os._exit(70)
+
+    def die_after_the_answer(*args, **kwargs):  # the answer stored, COMMIT not sent
+        store(*args, **kwargs)
+        os._exit(70)
+
+    if where == "work":
+        envelopes.services.envelope_ingest = die_in_the_work
+    elif where == "answer":
+        envelopes.api.idempotency_store = lambda *args, **kwargs: os._exit(70)
+    else:
+        envelopes.api.idempotency_store = die_after_the_answer
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer " + sys.argv[1])
     client.generic(
@@ -112,7 +129,11 @@ CRASH_AT_THE_ANSWER = textwrap.dedent(
 )
 
 
-def test_a_process_killed_between_the_work_and_the_answer_leaves_no_work_to_redo(agent) -> None:
+@pytest.mark.parametrize("where", ["work", "answer", "commit"])
+def test_a_process_killed_in_the_keyed_transaction_leaves_nothing_and_the_key_free(agent, where: str) -> None:
+    """Issue 29: the claim is in the work's transaction, so a crash anywhere before its COMMIT
+    takes the claim with the work: nothing to redo, nothing to wait out, and the retry, sent at
+    once, does the work once."""
     env = {
         **os.environ,
         "DATABASE_URL": worker.test_database_url(),
@@ -122,7 +143,7 @@ def test_a_process_killed_between_the_work_and_the_answer_leaves_no_work_to_redo
         "HOLDPOINT_HTTPS": "false",
     }
     crashed = subprocess.run(
-        [sys.executable, "-c", CRASH_AT_THE_ANSWER, agent.raw_key],
+        [sys.executable, "-c", CRASH, agent.raw_key, where],
         input=BODY,
         cwd=worker.ROOT,
         env=env,
@@ -130,11 +151,27 @@ def test_a_process_killed_between_the_work_and_the_answer_leaves_no_work_to_redo
         timeout=120,
     )
     assert crashed.returncode == 70, crashed.stderr.decode()[-2000:]
-    # The claim stayed behind (nobody released it), and the work went with the connection.
-    claim = IdempotencyRecord.objects.get()
-    assert claim.status is None
+    assert IdempotencyRecord.objects.count() == 0
     assert Envelope.objects.count() == 0
     assert Step.objects.count() == 0
+    assert AuditEvent.objects.count() == 0
+
+    retried = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-crash")
+    assert retried.status_code == 201, retried.content
+    again = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-crash")
+    assert (again.status_code, again.json(), again["Idempotent-Replayed"]) == (201, retried.json(), "true")
+    assert Envelope.objects.count() == 1
+    stored = IdempotencyRecord.objects.get()
+    assert (stored.status, stored.response) == (201, retried.json())
+
+
+def test_a_claim_committed_without_an_answer_is_in_flight_then_taken_over(agent, team) -> None:
+    """A claim committed on its own (a version before issue 29 claimed in a transaction of its
+    own; its process died before the work committed): 409 with Retry-After until
+    IN_FLIGHT_TIMEOUT, then the next request takes it over and does the work once."""
+    idempotency_claim(team=team, endpoint="envelopes", key="k-crash", body_sha256=body_fingerprint("canonical", BODY))
+    claim = IdempotencyRecord.objects.get()
+    assert claim.status is None
 
     early = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-crash")
     assert early.status_code == 409
@@ -223,3 +260,98 @@ def test_a_slow_first_request_is_not_taken_over_after_the_claim_timeout(agent, m
         assert results["duplicate"].json() == results["first"].json()
     replay = agent.envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-slow")
     assert replay.json() == results["first"].json()
+
+
+# --- a duplicate while the first runs (contract §4 v1.2) ------------------------------------------
+
+
+def _in_the_first_request(monkeypatch, hold_s: float) -> threading.Event:
+    """Make the first ingest hold its transaction open for `hold_s` once its work is done; the
+    event is set when it is there."""
+    inside = threading.Event()
+    ingest = services.envelope_ingest
+
+    def slow_ingest(**kwargs: Any) -> Any:
+        answer = ingest(**kwargs)
+        if not inside.is_set():
+            inside.set()
+            time.sleep(hold_s)
+        return answer
+
+    monkeypatch.setattr(services, "envelope_ingest", slow_ingest)
+    return inside
+
+
+def test_a_duplicate_that_arrives_while_the_first_finishes_gets_its_stored_answer(agent, monkeypatch) -> None:
+    """The duplicate waits on the key's uncommitted claim (under a second here) and replays the
+    first's answer instead of a 409: the work is done once."""
+    inside = _in_the_first_request(monkeypatch, hold_s=0.3)
+    results: dict[str, Any] = {}
+
+    def send(name: str) -> None:
+        try:
+            results[name] = AgentClient(agent.raw_key).envelope(BODY, HTTP_IDEMPOTENCY_KEY="k-dup")
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    assert inside.wait(30)
+    duplicate = threading.Thread(target=send, args=("duplicate",))
+    duplicate.start()
+    first.join(30)
+    duplicate.join(30)
+    assert results["first"].status_code == 201
+    assert results["duplicate"].status_code == 201, results["duplicate"].content
+    assert results["duplicate"]["Idempotent-Replayed"] == "true"
+    assert results["duplicate"].json() == results["first"].json()
+    assert Envelope.objects.count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="lock_timeout is PostgreSQL's")
+def test_the_claims_one_second_wait_does_not_bound_the_works_own_locks(agent) -> None:
+    """`lock_timeout` is set for the claim's statement alone: the work after it may wait longer
+    than a second for a step that another transaction holds, as a plain call may."""
+    assert agent.envelope(BODY).status_code == 201
+    step = Step.objects.get()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_step() -> None:
+        try:
+            with transaction.atomic():
+                list(Step.objects.select_for_update().filter(pk=step.pk).values_list("pk", flat=True))
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_step)
+    holder.start()
+    try:
+        assert held.wait(30)
+        threading.Timer(1.6, release.set).start()
+        began = time.monotonic()
+        keyed = agent.envelope(error_envelope(code="OTHER_CODE"), HTTP_IDEMPOTENCY_KEY="k-wait")
+        waited = time.monotonic() - began
+    finally:
+        release.set()
+        holder.join(30)
+    assert keyed.status_code == 201, keyed.content
+    assert waited >= 1.5
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
+
+
+def test_a_keyed_call_whose_work_runs_again_does_it_once(agent) -> None:
+    """In the keyed transaction the work has no savepoint of its own: a work that raises inside
+    it (here a tool never seen, registered between two runs) rolls all of it back and runs again
+    with one (transitions.RunAgain). One envelope, one tool, one stored answer."""
+    body = json.dumps(error_envelope(tool="brand_new_tool", operation_ref="new-tool/1")).encode()
+    first = agent.envelope(body, HTTP_IDEMPOTENCY_KEY="k-new")
+    again = agent.envelope(body, HTTP_IDEMPOTENCY_KEY="k-new")
+    assert (first.status_code, again.status_code, again["Idempotent-Replayed"]) == (201, 201, "true")
+    assert again.json() == first.json()
+    assert Envelope.objects.filter(step__tool__name="brand_new_tool").count() == 1
+    assert Tool.objects.filter(name="brand_new_tool").count() == 1
+    assert IdempotencyRecord.objects.filter(key="k-new").count() == 1

@@ -67,7 +67,8 @@ class Rig:
             "UPSTREAM_STATE": str(self.state_file),
             "UPSTREAM_SLOW_S": "4",
             "UPSTREAM_RETRY_S": "2",
-            "PYTHONPATH": str(ROOT),
+            # This tree's SDK, not another checkout's editable install (a worktree tests itself).
+            "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "sdk"))),
             **extra,
         }
 

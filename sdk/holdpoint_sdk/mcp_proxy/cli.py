@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hold-wait", type=float, metavar="SECONDS", help="wait for a reviewer's decision this long")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="an upstream call slower than this times out")
     parser.add_argument("--send-input", choices=SEND_INPUT_CHOICES, help="send the input with each attempt")
+    parser.add_argument(
+        "--report-success",
+        choices=("before", "after"),
+        help="after (the default): return a success at once and post its envelope in the background",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the upstream command line")
     return parser
 
@@ -132,6 +137,8 @@ def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> 
         settings["call_timeout_s"] = args.timeout
     if args.send_input:
         settings["send_input"] = args.send_input
+    if args.report_success:
+        settings["report_success"] = args.report_success
     return ProxyConfig(
         url=url,
         api_key=api_key,

@@ -8,6 +8,8 @@ A config file (`--config FILE`, TOML when it ends in `.toml`, else JSON) looks l
                                # auto: one the gate will not take (over 32 KiB, refused) goes as its
                                # fingerprint alone; always: the call fails instead; never: fingerprints
     read_only = ["get_invoice", "search_customers"]   # pass straight through, no Holdpoint
+    report_success = "after"   # a success is returned at once, its envelope posted in the
+                               # background (its directive is always stop); "before": wait for it
 
     [tools.create_invoice]
     side_effects = true        # false: a timeout or an error cannot have written anything
@@ -28,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..background import REPORT_SUCCESS_MODES, ReportSuccess
+
 SendInput = Literal["auto", "always", "never"]
 SEND_INPUT_CHOICES: tuple[SendInput, ...] = ("auto", "always", "never")
-_TOP_KEYS = frozenset({"hold_wait_s", "call_timeout_s", "send_input", "read_only", "tools"})
+_TOP_KEYS = frozenset({"hold_wait_s", "call_timeout_s", "send_input", "read_only", "tools", "report_success"})
 _TOOL_KEYS = frozenset({"guarded", "side_effects", "verification_tool", "hold_wait_s", "timeout_s"})
 
 
@@ -60,6 +64,7 @@ class ProxyConfig:
     call_timeout_s: float = 60.0
     send_input: SendInput = "auto"
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    report_success: ReportSuccess = "after"  # issue 29: successes reported in the background
 
     def policy(self, tool: str) -> ToolPolicy:
         return self.tools.get(tool) or ToolPolicy()
@@ -113,6 +118,10 @@ def parse_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         if data["send_input"] not in SEND_INPUT_CHOICES:
             raise ConfigError(f"send_input: one of {', '.join(SEND_INPUT_CHOICES)}, got {data['send_input']!r}")
         out["send_input"] = data["send_input"]
+    if "report_success" in data:
+        if data["report_success"] not in REPORT_SUCCESS_MODES:
+            raise ConfigError(f"report_success: before or after, got {data['report_success']!r}")
+        out["report_success"] = data["report_success"]
     tools: dict[str, ToolPolicy] = {}
     read_only = data.get("read_only", [])
     if not isinstance(read_only, list):

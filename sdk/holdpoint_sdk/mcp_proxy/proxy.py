@@ -52,6 +52,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from ..async_client import AsyncHoldpoint
+from ..background import SUCCESS_DIRECTIVE
 from ..client_base import Dialect
 from ..envelopes import MAX_INPUT_BYTES, Failure, canonical_json, input_fingerprint
 from ..errors import (
@@ -68,6 +69,7 @@ from .calls import META, META_APPROVED, META_ATTEMPT, META_OPERATION_REF, META_R
 from .config import ProxyConfig
 from .names import ToolNames
 from .reports import (
+    UPSTREAM_NAMED,
     broken_failure,
     failure_envelope,
     mcp_error_failure,
@@ -194,7 +196,10 @@ class HoldpointProxy:
                 total = (time.perf_counter() - started) * 1000
                 waits = " ".join(f"{name}_ms={ms:.2f}" for name, ms in call.spent.items())
                 own = total - sum(call.spent.values())
-                timing_logger.info("timing tool=%s %s proxy_ms=%.2f total_ms=%.2f", call.tool, waits, own, total)
+                timing_logger.info(
+                    "timing tool=%s %s proxy_ms=%.2f total_ms=%.2f reports_queued=%d",
+                    call.tool, waits, own, total, self.holdpoint.reports_queued,
+                )  # fmt: skip
 
     def _run_id(self, meta: Mapping[str, Any]) -> str:
         run_id = meta.get(META_RUN_ID)
@@ -245,6 +250,9 @@ class HoldpointProxy:
                 grant["step"], operation_ref=call.operation_ref, tool=call.recorded_tool, fingerprint=call.fingerprint
             )
             result, failure, envelope, dialect = await self._run(call, policy.side_effects)
+            if failure is None and self.config.report_success == "after" and _plain_success(envelope):
+                await self._report_later(call, envelope, dialect)
+                return self._answer(call, result, None, call.step, dict(SUCCESS_DIRECTIVE), reported=True)  # type: ignore[arg-type]
             step, directive, reported = await self._report(call, envelope, dialect)
             if reported and directive["action"] == "verify" and policy.verification_tool:
                 verified = await self._verify(call, policy.verification_tool)
@@ -342,6 +350,8 @@ class HoldpointProxy:
         return grant
 
     async def _gate(self, call: ToolCall, sent: Mapping[str, Any] | None) -> Any:
+        # A success of this step still queued lands first, as it would have without the queue.
+        await self.holdpoint.reports_settled(call.operation_ref)
         return await self.holdpoint.request_attempt(
             call.operation_ref,
             tool=call.recorded_tool,
@@ -433,6 +443,15 @@ class HoldpointProxy:
             return call.step, unreported, False
         return answer["step"], answer["directive"], True
 
+    async def _report_later(self, call: ToolCall, envelope: dict[str, Any], dialect: Dialect) -> None:
+        """Queue a success's envelope (report_success="after", holdpoint_sdk.background): the
+        result goes back now; if the report is lost, the step's next gate call verifies."""
+        with time_spent(call, "envelope"):  # what the report costs the call now: its enqueueing
+            await self.holdpoint.report_later(envelope, idempotency_key="env_" + uuid.uuid4().hex, dialect=dialect)
+        queued = self.holdpoint.reports_queued
+        log = logger.warning if queued and queued % 100 == 0 else logger.info
+        log("success report of %s queued (%d report(s) in the queue)", call.operation_ref, queued)
+
     async def _verify(self, call: ToolCall, verification_tool: str) -> tuple[Step, Directive] | None:
         """Look the write up with the upstream's verification tool and report what it found."""
         params = {
@@ -489,6 +508,19 @@ class HoldpointProxy:
             reported=reported,
             closed_schema=call.tool in self.closed_schemas,
         )
+
+
+def _plain_success(envelope: Mapping[str, Any]) -> bool:
+    """A success whose directive can only be `stop`: a committed ok envelope about the call's
+    own step (one that named another step is reported at once, to be refused)."""
+    inner = envelope.get("structuredContent", envelope) if "structuredContent" in envelope else envelope
+    return (
+        isinstance(inner, Mapping)
+        and inner.get("ok") is True
+        and inner.get("commit_state") == "committed"
+        and UPSTREAM_NAMED not in inner
+        and not envelope.get("isError")
+    )
 
 
 def _names_input(name: Any) -> bool:

@@ -124,10 +124,18 @@ async def serve(config: ProxyConfig) -> None:
         logger.info(
             "holdpoint-mcp: guarding %s for run %s via %s", initialized.server_info.name, config.run_id, config.url
         )
-        async with client_channel(proxy.call_tool if initialized.capabilities.tools is not None else None) as channel:
-            if channel is None:
-                async with stdio_server() as (read, write):
-                    await server.run(read, write, options)
-                return
-            async with channel.streams() as (read, write):
-                await server.run(cast(Any, read), cast(Any, write), options)
+        try:
+            async with client_channel(
+                proxy.call_tool if initialized.capabilities.tools is not None else None
+            ) as channel:
+                if channel is None:
+                    async with stdio_server() as (read, write):
+                        await server.run(read, write, options)
+                    return
+                async with channel.streams() as (read, write):
+                    await server.run(cast(Any, read), cast(Any, write), options)
+        finally:
+            # Leaving the client's block flushes the success reports still queued
+            # (report_success="after"); how many there are is logged first.
+            if holdpoint.reports_queued:
+                logger.warning("holdpoint-mcp: flushing %d queued success report(s)", holdpoint.reports_queued)
