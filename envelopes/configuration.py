@@ -25,6 +25,7 @@ TOOL_SETTINGS = {
     "safe_detail_keys": list,
     "strict_codes": bool,
     "approver_group": str,
+    "on_approval_expiry": str,
 }
 QUORUM_MAX = 5  # required_approvals is 1..5 (contract §12)
 CODE_FIELDS = ("category", "retry_class", "next_action", "side_effect", "description", "hint")
@@ -97,6 +98,8 @@ def tool_settings_problems(tool: Tool) -> list[str]:
     problems = []
     if not isinstance(tool.required_approvals, int) or not 1 <= tool.required_approvals <= QUORUM_MAX:
         problems.append(f"required_approvals must be 1 to {QUORUM_MAX}")
+    if tool.on_approval_expiry not in ("cancel", "escalate"):
+        problems.append("on_approval_expiry must be cancel or escalate")
     group = tool.approver_group
     if not isinstance(group, str) or (group and not re.fullmatch(GROUP_NAME_RE, group)):
         problems.append("approver_group must be a group name (a lowercase letter, then a-z, 0-9, '-') or empty")

@@ -43,6 +43,10 @@ class Tool(models.Model):
     # The reviewer group that alone may approve, reject or edit its held steps ("": any reviewer;
     # contract §12). A rule's `approvers` (Step.approver_group) goes before it.
     approver_group = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # What an expired request for approval becomes: cancelled (v1) or escalated (contract §12).
+    on_approval_expiry = models.CharField(
+        max_length=8, choices=[("cancel", "cancel"), ("escalate", "escalate")], default="cancel", db_default="cancel"
+    )
     max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
     consistency_window_s = models.PositiveIntegerField(default=300)
     verification_deadline_s = models.PositiveIntegerField(default=3600)
@@ -67,6 +71,9 @@ class Tool(models.Model):
                 condition=Q(required_approvals__gte=1, required_approvals__lte=5), name="tool_required_approvals_1_to_5"
             ),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="tool_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(on_approval_expiry__in=["cancel", "escalate"]), name="tool_on_approval_expiry_valid"
+            ),
             models.CheckConstraint(
                 condition=Q(verification_deadline_s__gte=models.F("consistency_window_s")),
                 name="tool_deadline_not_below_window",

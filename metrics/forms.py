@@ -64,6 +64,11 @@ class ToolSettingsForm(forms.Form):
     required_approvals = forms.TypedChoiceField(
         choices=[(1, "1"), (2, "2 (four eyes)"), (3, "3"), (4, "4"), (5, "5")], coerce=int, label="Approvals required"
     )
+    on_approval_expiry = forms.ChoiceField(
+        choices=[("cancel", "cancel it"), ("escalate", "escalate it to a human")],
+        label="An expired request for approval",
+        required=False,
+    )
     approver_group = forms.CharField(
         required=False,
         max_length=40,
@@ -79,6 +84,9 @@ class ToolSettingsForm(forms.Form):
         required=False, max_length=2000, label="Extra safe_details keys", help_text="Comma-separated identifiers."
     )
     strict_codes = forms.BooleanField(required=False, label="Refuse undocumented codes")
+
+    def clean_on_approval_expiry(self) -> str:
+        return self.cleaned_data["on_approval_expiry"] or "cancel"
 
     def clean_approver_group(self) -> str:
         return str(self.cleaned_data["approver_group"]).strip()

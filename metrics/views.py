@@ -48,6 +48,7 @@ SETTINGS_SHOWN = (
     ("side_effects", "Writes (side effects)"),
     ("required_approvals", "Approvals required"),
     ("approver_group", "Approver group"),
+    ("on_approval_expiry", "An expired request for approval"),
     ("max_attempts", "Attempts at most"),
     ("consistency_window_s", "Consistency window (s)"),
     ("verification_deadline_s", "Verification deadline (s)"),

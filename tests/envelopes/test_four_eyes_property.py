@@ -192,12 +192,12 @@ class PureStep:
 
 
 @settings(max_examples=1500, deadline=None)
-@example(THE_BYPASS, 2)
-@example(THE_BYPASS_UNBOUND, 2)
-@example(THE_ROUND_TRIP_RELEASED, 2)
-@example(AN_EDIT_RELEASED, 2)
-@given(moves, st.integers(1, 5))
-def test_no_sequence_releases_an_input_under_review_without_its_quorum(sequence, required) -> None:
+@example(THE_BYPASS, 2, "cancel")
+@example(THE_BYPASS_UNBOUND, 2, "escalate")
+@example(THE_ROUND_TRIP_RELEASED, 2, "cancel")
+@example(AN_EDIT_RELEASED, 2, "escalate")
+@given(moves, st.integers(1, 5), st.sampled_from(["cancel", "escalate"]))
+def test_no_sequence_releases_an_input_under_review_without_its_quorum(sequence, required, expiry) -> None:
     step = PureStep(required=required)
     oracle = Oracle(required=required)
     now = NOW
@@ -229,7 +229,7 @@ def test_no_sequence_releases_an_input_under_review_without_its_quorum(sequence,
         else:  # the sweep, as services.step_fire_timer: the one due timer, if any
             timer = before.due_timer(now)
             if timer is not None:
-                step.apply(TimerFired(timer), now)
+                step.apply(TimerFired(timer, on_expiry=expiry), now)  # the tool's on_approval_expiry
         if step.snapshot.state is State.AWAITING_APPROVAL:
             oracle.held_for_approval(step.snapshot.approval_fingerprint)
 
@@ -328,6 +328,7 @@ def test_the_services_never_release_an_input_under_review_without_its_quorum(
             "approval_ttl_s": TTL,
             "max_attempts": 5,
             "approver_group": "finance",
+            "on_approval_expiry": "escalate" if required % 2 else "cancel",
         },
         actor="test",
     )
