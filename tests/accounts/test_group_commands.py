@@ -14,6 +14,7 @@ from accounts.claims import claimed_access
 from accounts.groups import group_create, group_member_add, groups_from_claim, groups_of
 from accounts.models import GroupMembership, Membership
 from accounts.services import memberships_from_claim
+from tests import worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,12 +27,10 @@ def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 
 @pytest.mark.django_db(transaction=True)
 def test_createreviewer_puts_the_reviewer_in_each_group_named(team, django_user_model) -> None:
-    from django.db import connection
-
     env = {
         **os.environ,
         "HOLDPOINT_PASSWORD": "a long enough password 2026",
-        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "DATABASE_URL": worker.test_database_url(),  # the test database, on SQLite or PostgreSQL
         "PYTHONPATH": str(ROOT),
     }
     made = _manage(
