@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .models import TEAM_SLUG_RE, Membership
+from .models import GROUP_NAME_RE, TEAM_SLUG_RE, Membership
 
 CLAIM_PREFIX = "holdpoint"
-GROUP_NAME_RE = r"^[a-z][a-z0-9-]{0,39}$"  # contract §12
 # A claim with more values than this is cut there: a provider's list of every group a person is
 # in may be long, and Holdpoint reads only its own.
 CLAIM_VALUES_MAX = 1000

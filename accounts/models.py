@@ -11,6 +11,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -18,6 +19,7 @@ from django.utils import timezone
 # What full_clean lets a team's slug be (a SlugField of 64): other text names no team, and a
 # lookup never sends it to the database (PostgreSQL refuses a NUL in a parameter).
 TEAM_SLUG_RE = r"^[-a-zA-Z0-9_]{1,64}$"
+GROUP_NAME_RE = r"^[a-z][a-z0-9-]{0,39}$"  # a reviewer group's name (contract §12)
 
 
 class Team(models.Model):
@@ -116,3 +118,36 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
+
+
+class ReviewerGroup(models.Model):
+    """A team's named group of reviewers and admins (contract §12): a tool's `approver_group`
+    or a rule's `approvers` names one, and only its members may approve, reject or edit."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="reviewer_groups")
+    name = models.CharField(max_length=40, validators=[RegexValidator(GROUP_NAME_RE)])
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="reviewergroup_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.team}:{self.name}"
+
+
+class GroupMembership(models.Model):
+    """A user in a reviewer group; `source` as Membership's: a claim's are replaced at each
+    sign-in, local ones stay."""
+
+    group = models.ForeignKey(ReviewerGroup, on_delete=models.CASCADE, related_name="members")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="group_memberships")
+    source = models.CharField(max_length=8, choices=Membership.Source.choices, default=Membership.Source.LOCAL)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "user"], name="groupmembership_unique_user"),
+            models.CheckConstraint(condition=Q(source__in=["local", "claim"]), name="groupmembership_source_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.group}"

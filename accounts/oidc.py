@@ -35,6 +35,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from .claims import claimed_access
+from .groups import groups_from_claim
 from .models import OidcIdentity
 from .services import memberships_from_claim
 from .signin import signed_in_mark, sso_provider_name
@@ -184,8 +185,7 @@ class OidcBackend(OIDCAuthenticationBackend):
             user.save(update_fields=list(profile))
         claimed = claimed_access(claims.get(settings.HOLDPOINT_OIDC_ROLES_CLAIM))
         applied = memberships_from_claim(user=user, claimed=claimed)
-        # GROUPS: applied.groups (team slug -> names) goes to the reviewer groups' service once it
-        # is on main (issue 26, point 1).
+        groups_from_claim(user=user, claimed=applied.groups)
         logger.info(
             "single sign-on: %s signed in; memberships %s",
             user.get_username(),

@@ -17,6 +17,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Cast, Coalesce, Left
 from django.utils.functional import cached_property
 
+from accounts.groups import GROUP_ACTIONS, groups_of
 from accounts.models import Membership, Team
 from dashboard.shell import teams_of
 from envelopes.lifecycle import allowed_reviewer_actions
@@ -518,6 +519,8 @@ class DecisionPanel:
     you_approved: bool  # ... of the proposal's input
     edits: list[EditedApproval] = field(default_factory=list)
     can_edit: bool = False  # "Edit and approve" is offered
+    held_for: str = ""  # the group that alone approves, rejects or edits (contract §12)
+    in_group: bool = True  # the user is in it (or the step has none)
 
     @property
     def approvals_given(self) -> int:
@@ -543,12 +546,20 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
             if name not in approvers:
                 approvers.append(name)
             you_approved = you_approved or decision.reviewer_id == user.pk
+    can_decide = bool(membership and membership.can_decide)
+    held_for = step.held_for
+    in_group = not held_for or (can_decide and held_for in groups_of(user=user, team=step.team_id))
+    # Outside the step's group: what the group keeps is not offered (an admin may still cancel).
+    kept = (
+        set()
+        if in_group
+        else GROUP_ACTIONS - ({"cancel"} if membership is not None and membership.can_administer else set())
+    )
     actions = [
         (action, ACTION_LABELS[action], ACTION_HELP[action])
         for action in ACTION_LABELS
-        if action in allowed and not (action == "approve" and you_approved)
+        if action in allowed and not (action == "approve" and you_approved) and action not in kept
     ]
-    can_decide = bool(membership and membership.can_decide)
     pending = []
     for fingerprint, decisions in edits.items():
         edited_input = decisions[0].edited_input
@@ -561,11 +572,13 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
         step=step,
         can_decide=can_decide,
         actions=actions,
-        required_approvals=step.tool.required_approvals,
+        required_approvals=step.approvals_required,
         approvers=approvers,
         you_approved=you_approved,
         edits=pending,
-        can_edit=can_decide and "approve" in allowed and proposal is not None and proposal.editable,
+        can_edit=can_decide and in_group and "approve" in allowed and proposal is not None and proposal.editable,
+        held_for=held_for,
+        in_group=in_group,
     )
 
 

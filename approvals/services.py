@@ -13,7 +13,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import ApiKey, Membership, Team
+from accounts.groups import GROUP_ACTIONS, groups_of
+from accounts.models import ApiKey, GroupMembership, Membership, Team
 from accounts.services import NewApiKey, api_key_create, api_keys_revoke
 from envelopes import policy_acts
 from envelopes import services as step_services
@@ -81,7 +82,7 @@ class ToolNoLongerHalted(DecisionRefused):
 
 
 def membership_for(*, user: User, team: Team) -> Membership | None:
-    return Membership.objects.filter(user=user, team=team).first()
+    return Membership.objects.filter(user=user, team=team).select_related("user").first()
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,31 @@ class DecisionResult:
     approvals_so_far: int = 0
 
 
-def _require_reviewer(user: User, team: Team) -> None:
+class GroupRequired(PermissionError):
+    """A decision on a step held for a group (contract §12) by someone outside it: every channel
+    answers it as role_required, naming `group`."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"Only {group} may decide this step: it is held for the group {group}.")
+        self.group = group
+
+
+def _require_reviewer(user: User, team: Team) -> Membership:
     membership = membership_for(user=user, team=team)
     if membership is None or not membership.can_decide:
         raise PermissionError("Only reviewers and admins of this team may decide.")
+    return membership
+
+
+def _require_group(*, membership: Membership, step: Step, action: str) -> None:
+    """Refuse a decision the step's group keeps (one query when the step has a group, none else)."""
+    group = step.held_for
+    if not group or action not in GROUP_ACTIONS:
+        return
+    if action == "cancel" and (membership.can_administer or step.state != State.AWAITING_APPROVAL):
+        return
+    if group not in groups_of(user=membership.user, team=step.team_id):
+        raise GroupRequired(group)
 
 
 @transaction.atomic
@@ -132,7 +154,7 @@ def step_decide(
     the approval that completes the count is fed to the machine, which marks the binding approved
     (until then it is under review, wherever the step goes: contract §3 v1.2).
     """
-    _require_reviewer(actor, team)
+    membership = _require_reviewer(actor, team)
     reason = reason.strip()
     if action in REASON_REQUIRED and not reason:
         raise DecisionRefused("A reason is required for this decision.")
@@ -148,6 +170,7 @@ def step_decide(
             f"Already decided: the step is now {step.state.replace('_', ' ')} ({step.reason}).",
             already_decided=True,
         )
+    _require_group(membership=membership, step=step, action=action)
     username = actor.get_username()
     approvals_so_far = 0
     fingerprint, edited = "", False
@@ -169,6 +192,12 @@ def step_decide(
         earlier = Decision.objects.filter(
             step=step, action="approve", decided_at__gte=step.approvals_count_since, input_fingerprint=fingerprint
         )
+        if step.held_for:  # only the group's members count (one subquery, not one per member)
+            earlier = earlier.filter(
+                reviewer__in=GroupMembership.objects.filter(
+                    group__team_id=step.team_id, group__name=step.held_for
+                ).values("user_id")
+            )
         if earlier.filter(reviewer=actor).exists():
             raise DecisionRefused(
                 "You already approved this input; a second reviewer must approve it.", already_decided=True

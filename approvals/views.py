@@ -40,7 +40,7 @@ from envelopes.models import Quarantine, Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
 from telemetry.traceparent import trace_url
 
-from . import inputs, queries, timeline
+from . import for_you, inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
 from .services import (
     DecisionRefused,
@@ -117,6 +117,10 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
         for queue in queries.STEP_QUEUES
     ]
     halted_tools = queries.halted_tools(teams, filters, now)
+    groups = for_you.user_groups(request.user)
+    for view in step_queues:
+        if view.queue.key == "approvals":
+            view.rows = for_you.mark_rows(view.rows, memberships, groups)
     context: dict[str, object] = {
         "filter_form": filter_form,
         "filters": filters,
@@ -145,6 +149,9 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
 @dashboard_login_required
 def queue_counts(request: HtmxHttpRequest) -> HttpResponse:
     counts = queries.queue_counts(teams_of(request.user), timezone.now())
+    counts["for_you"] = queries.capped_count(
+        for_you.for_you(memberships_of(request.user), for_you.user_groups(request.user))
+    )
     return page_render(request, "approvals/_nav_counts.html", {"counts": counts})
 
 
@@ -286,7 +293,7 @@ _DONE = {
 
 
 def _decided(result: DecisionResult, *, edit_asked: bool) -> Feedback:
-    decision, required = result.decision, result.step.tool.required_approvals
+    decision, required = result.decision, result.step.approvals_required
     unchanged = ""
     if edit_asked and not decision.edited:
         unchanged = " Your edit changed nothing, so you approved the agent's input."

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from accounts.models import Team
+from accounts.models import GROUP_NAME_RE, ReviewerGroup, Team
 
 from .audit import audit_append
 from .models import TOOL_NAME_RE, AuditEvent, ErrorCode, Tool
@@ -24,7 +24,10 @@ TOOL_SETTINGS = {
     "halt_cooldown_s": int,
     "safe_detail_keys": list,
     "strict_codes": bool,
+    "approver_group": str,
+    "on_approval_expiry": str,
 }
+QUORUM_MAX = 5  # required_approvals is 1..5 (contract §12)
 CODE_FIELDS = ("category", "retry_class", "next_action", "side_effect", "description", "hint")
 
 
@@ -50,6 +53,8 @@ def parse_setting(name: str, raw: str) -> Any:
         if raw.lower() not in ("true", "false"):
             raise ConfigurationError(f"{name} must be true or false")
         return raw.lower() == "true"
+    if kind is str:
+        return raw.strip()
     if kind is int:
         try:
             return int(raw)
@@ -91,8 +96,15 @@ def tool_configure(*, team: Team, name: str, settings: dict[str, Any], actor: st
 def tool_settings_problems(tool: Tool) -> list[str]:
     """What is wrong with a tool's settings, one sentence each (empty: nothing)."""
     problems = []
-    if tool.required_approvals not in (1, 2):
-        problems.append("required_approvals must be 1 or 2")
+    if not isinstance(tool.required_approvals, int) or not 1 <= tool.required_approvals <= QUORUM_MAX:
+        problems.append(f"required_approvals must be 1 to {QUORUM_MAX}")
+    if tool.on_approval_expiry not in ("cancel", "escalate"):
+        problems.append("on_approval_expiry must be cancel or escalate")
+    group = tool.approver_group
+    if not isinstance(group, str) or (group and not re.fullmatch(GROUP_NAME_RE, group)):
+        problems.append("approver_group must be a group name (a lowercase letter, then a-z, 0-9, '-') or empty")
+    elif group and not ReviewerGroup.objects.filter(team_id=tool.team_id, name=group).exists():
+        problems.append(f"approver_group names no group of the team: {group!r} (make it at /teams/<team>/groups/)")
     if tool.max_attempts < 1:
         problems.append("max_attempts must be at least 1")
     if tool.verification_deadline_s < tool.consistency_window_s:

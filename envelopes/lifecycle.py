@@ -414,6 +414,9 @@ def _on_timer(before: Snapshot, event: TimerFired, now: datetime) -> Outcome:
         return _moved(before, _enter(before, State.RETRY_READY, "retry_window_open"))
     if state is State.VERIFYING:
         return _moved(before, _enter(before, State.ESCALATED, "verification_timeout"))
+    if event.on_expiry == "escalate":
+        # Escalated, not cancelled (§12): the input stays under review, never approved by time.
+        return _moved(before, _enter(before, State.ESCALATED, "approval_expired"), effects=("approval_expired",))
     after = _enter(before, State.CANCELLED, "approval_expired")
     return _moved(before, after, effects=("approval_expired",))
 

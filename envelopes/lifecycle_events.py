@@ -52,6 +52,9 @@ class VerificationReported:
 @dataclass(frozen=True)
 class TimerFired:
     timer: str  # retry_due | verification_deadline | approval_expired | approval_lapsed
+    # What an expired request for approval becomes (the tool's on_approval_expiry, contract
+    # §12): cancelled, or escalated to a human; never approved.
+    on_expiry: str = "cancel"
 
 
 @dataclass(frozen=True)

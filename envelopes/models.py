@@ -38,7 +38,14 @@ class Tool(models.Model):
     name = models.CharField(max_length=100, validators=[RegexValidator(TOOL_NAME_RE)])
     side_effects = models.BooleanField(default=True)
     required_approvals = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(2)]
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(5)]
+    )
+    # The reviewer group that alone may approve, reject or edit its held steps ("": any reviewer;
+    # contract §12). A rule's `approvers` (Step.approver_group) goes before it.
+    approver_group = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # What an expired request for approval becomes: cancelled (v1) or escalated (contract §12).
+    on_approval_expiry = models.CharField(
+        max_length=8, choices=[("cancel", "cancel"), ("escalate", "escalate")], default="cancel", db_default="cancel"
     )
     max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
     consistency_window_s = models.PositiveIntegerField(default=300)
@@ -60,8 +67,13 @@ class Tool(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["team", "name"], name="tool_unique_name_per_team"),
-            models.CheckConstraint(condition=Q(required_approvals__in=[1, 2]), name="tool_required_approvals_1_or_2"),
+            models.CheckConstraint(
+                condition=Q(required_approvals__gte=1, required_approvals__lte=5), name="tool_required_approvals_1_to_5"
+            ),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="tool_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(on_approval_expiry__in=["cancel", "escalate"]), name="tool_on_approval_expiry_valid"
+            ),
             models.CheckConstraint(
                 condition=Q(verification_deadline_s__gte=models.F("consistency_window_s")),
                 name="tool_deadline_not_below_window",
@@ -281,6 +293,13 @@ class Step(models.Model):
     def approvals_required(self) -> int:
         """How many distinct approvals release the step: a rule's hold's, else the tool's."""
         return self.approvals_needed or self.tool.required_approvals
+
+    @property
+    def held_for(self) -> str:
+        """The group that alone may approve, reject or edit the step (contract §12): a rule's
+        hold's, else the tool's ("": any reviewer). Read from rows the step already has, so a
+        check of who may decide is no query per group."""
+        return self.approver_group or self.tool.approver_group
 
     @property
     def approvals_count_since(self) -> datetime:

@@ -154,6 +154,8 @@ def step_representation(
         "correlation_id": step.correlation_id or None,
         "run_id": step.run_id or None,
         "trace_id": step.trace_id or None,
+        "approvals_required": step.approvals_required,
+        "approver_group": step.held_for or None,
         "attempts": step.attempts,
         "max_attempts": step.tool.max_attempts,
         "not_before": rfc3339(step.not_before),

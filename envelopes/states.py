@@ -68,6 +68,7 @@ REASONS: dict[State, frozenset[str]] = {
             "verification_timeout",
             "verification_unavailable",
             "malformed_envelope",
+            "approval_expired",  # on_approval_expiry: escalate (v1.2, §12)
         }
     ),
     State.SUCCEEDED: frozenset({"committed", "verified_committed", "resolved_committed"}),

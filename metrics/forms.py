@@ -62,7 +62,18 @@ class ToolSettingsForm(forms.Form):
 
     side_effects = forms.BooleanField(required=False, label="Writes (side effects)")
     required_approvals = forms.TypedChoiceField(
-        choices=[(1, "1"), (2, "2 (four eyes)")], coerce=int, label="Approvals required"
+        choices=[(1, "1"), (2, "2 (four eyes)"), (3, "3"), (4, "4"), (5, "5")], coerce=int, label="Approvals required"
+    )
+    on_approval_expiry = forms.ChoiceField(
+        choices=[("cancel", "cancel it"), ("escalate", "escalate it to a human")],
+        label="An expired request for approval",
+        required=False,
+    )
+    approver_group = forms.CharField(
+        required=False,
+        max_length=40,
+        label="Approver group",
+        help_text="Only this group's members approve, reject or edit (empty: any reviewer).",
     )
     max_attempts = forms.IntegerField(min_value=1, max_value=1000, label="Attempts at most")
     consistency_window_s = forms.IntegerField(min_value=0, max_value=7 * 86400, label="Consistency window (s)")
@@ -73,6 +84,12 @@ class ToolSettingsForm(forms.Form):
         required=False, max_length=2000, label="Extra safe_details keys", help_text="Comma-separated identifiers."
     )
     strict_codes = forms.BooleanField(required=False, label="Refuse undocumented codes")
+
+    def clean_on_approval_expiry(self) -> str:
+        return self.cleaned_data["on_approval_expiry"] or "cancel"
+
+    def clean_approver_group(self) -> str:
+        return str(self.cleaned_data["approver_group"]).strip()
 
     def clean_safe_detail_keys(self) -> list[str]:
         return [key.strip() for key in self.cleaned_data["safe_detail_keys"].split(",") if key.strip()]

@@ -47,6 +47,8 @@ from .queries import (
 SETTINGS_SHOWN = (
     ("side_effects", "Writes (side effects)"),
     ("required_approvals", "Approvals required"),
+    ("approver_group", "Approver group"),
+    ("on_approval_expiry", "An expired request for approval"),
     ("max_attempts", "Attempts at most"),
     ("consistency_window_s", "Consistency window (s)"),
     ("verification_deadline_s", "Verification deadline (s)"),

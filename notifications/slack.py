@@ -342,7 +342,7 @@ def press_handle(press: Press) -> None:
         return
     step = result.step
     step_url = f"{base_url()}/steps/{step.pk}/"
-    required = step.tool.required_approvals
+    required = step.approvals_required
     shown = fingerprint_shown(result.decision.input_fingerprint)
     more: list[Any] = []
     if result.transitioned or result.approvals_so_far >= required:

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.models import Team
+from approvals.for_you import decidable_q, user_groups, with_held_group
 from approvals.queries import STEP_QUEUES
 from approvals.similar import made_grant
 from envelopes.apikit.pagination import StepCursor
@@ -89,6 +90,12 @@ class QueueInput(StrictSerializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, required=False)
 
 
+# `?for=me`: only the steps the token's user may approve or reject (contract §12 "For you").
+QueueInput._declared_fields["for"] = serializers.ChoiceField(
+    ["me"], required=False, help_text="me: only the steps waiting for approval that you may decide (§12)."
+)
+
+
 class TeamQueueApi(ReviewerApiView):
     @extend_schema(
         operation_id="reviewer_queue",
@@ -98,10 +105,14 @@ class TeamQueueApi(ReviewerApiView):
         tags=["reviewers"],
     )
     def get(self, request: Request, team: str) -> Response:
-        found = self.team(request, team)
+        membership = team_membership(user=request.user, team_slug=team)  # type: ignore[arg-type]
+        found = membership.team
         filters = validated(QueueInput, request.query_params.dict())
         queue = QUEUE_KINDS[filters["kind"]]
-        steps = _for_step_shape(Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states]))
+        steps: QuerySet[Step] = Step.objects.for_team(found).filter(state__in=[s.value for s in queue.states])
+        if filters.get("for") == "me":
+            steps = with_held_group(steps).filter(decidable_q([membership], user_groups(request.user)))
+        steps = _for_step_shape(steps)
         paginator = QueueCursor()
         page: list[Step] = paginator.paginate_queryset(steps, request, view=self) or []
         proposals_load(page)  # the page's proposals in two queries, not two per step

@@ -86,7 +86,8 @@ DECISION_PROBLEMS = _problems(
     {
         400: "Malformed JSON",
         401: _UNAUTHENTICATED,
-        403: "role_required (a viewer), or reviewer_token_required (an agent API key)",
+        403: "role_required (a viewer, or outside the step's approver group: `group` names it), "
+        "or reviewer_token_required (an agent API key)",
         404: _NOT_FOUND,
         409: "decision_not_allowed: the step's state does not allow the action, or you already approved",
         412: "step_changed: the step moved since the If-Match ETag (already decided); `step` is the step now",

@@ -301,7 +301,9 @@ def _decide_with_etag(
                     edited_input=edited_input,
                 )
         except PermissionError as refused:
-            raise RoleRequired(str(refused)) from refused
+            # A step held for a group names it (contract §12), so a client can say who decides.
+            group = getattr(refused, "group", None)
+            raise RoleRequired(str(refused), **({"group": group} if group else {})) from refused
         except DecisionRefused as refused:
             if refused.already_decided:
                 raise DecisionNotAllowed(str(refused)) from refused

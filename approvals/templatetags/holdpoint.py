@@ -9,10 +9,10 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from approvals import queries
+from approvals import for_you, queries
 from approvals.explain import policy_explained
 from dashboard.once import url_host
-from dashboard.shell import teams_of
+from dashboard.shell import memberships_of, teams_of
 from envelopes.rfc3339 import parse_rfc3339, rfc3339
 
 register = template.Library()
@@ -130,6 +130,7 @@ def nav_counts(context: template.Context) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         return {"counts": None}
     counts = queries.queue_counts(teams_of(user), timezone.now(), known=context.get("nav_counts_known"))
+    counts["for_you"] = queries.capped_count(for_you.for_you(memberships_of(user), for_you.user_groups(user)))
     return {"counts": counts, "request": request}
 
 

@@ -96,7 +96,7 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
             return False
         applied = apply_event(
             step=step,
-            event=lifecycle.TimerFired(timer=timer),
+            event=lifecycle.TimerFired(timer=timer, on_expiry=step.tool.on_approval_expiry),
             actor=SYSTEM,
             cause="timer",
             now=now,

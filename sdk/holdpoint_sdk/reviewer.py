@@ -90,9 +90,12 @@ class Reviewer:
         params = drop_none({"kind": kind, "limit": limit, "cursor": cursor})
         return cast(StepPage, self._client._fetch(ApiCall("GET", team_path(team) + "/queue", params=params)))
 
-    def queue(self, team: str, *, kind: QueueKind = "approvals", page_size: int | None = None) -> Iterator[Step]:
-        """Every step of a team's queue, following the cursor from page to page."""
-        params: dict[str, Any] | None = drop_none({"kind": kind, "limit": page_size})
+    def queue(
+        self, team: str, *, kind: QueueKind = "approvals", page_size: int | None = None, for_me: bool = False
+    ) -> Iterator[Step]:
+        """Every step of a team's queue, following the cursor from page to page. `for_me`: only
+        the steps waiting for approval that the token's user may decide (their groups, §12)."""
+        params: dict[str, Any] | None = drop_none({"kind": kind, "limit": page_size, "for": "me" if for_me else None})
         while params is not None:
             call = ApiCall("GET", team_path(team) + "/queue", params=params)
             page = cast(StepPage, self._client._fetch(call))

@@ -143,7 +143,7 @@ def render_queue(steps: Sequence[Step], *, now: dt.datetime) -> str:
         (
             _fold(safe(step["operation_ref"]), 40),
             safe(step["tool"]),
-            safe(step["state"]),
+            safe(step["state"]) + (f" for {safe(step['approver_group'])}" if step.get("approver_group") else ""),
             safe(step["reason"]),
             f"{step['attempts']}/{step['max_attempts']}",
             _age(step.get("updated_at"), now),
@@ -163,6 +163,10 @@ def render_step(team: str, step: Step, etag: str) -> str:
     field("page", safe(step.get("url") or "-"))
     field("etag", safe(etag))
     field("attempts", f"{step['attempts']} of {step['max_attempts']}")
+    if step.get("approver_group") or (step.get("approvals_required") or 1) > 1:
+        # Who decides (contract §12): only the group's members may approve or reject.
+        group = f", for {safe(step['approver_group'])}" if step.get("approver_group") else ""
+        field("approvals", f"{step.get('approvals_required') or 1} needed{group}")
     if step.get("run_id") or step.get("correlation_id"):
         field("run", f"{safe(step.get('run_id') or '-')}  correlation {safe(step.get('correlation_id') or '-')}")
     for name in ("not_before", "deadline"):
@@ -292,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     queue.add_argument("team")
     queue.add_argument("--kind", choices=QUEUE_KINDS, default="approvals")
     queue.add_argument("--limit", type=int, default=50, help="at most this many steps (default 50)")
+    queue.add_argument("--for-me", action="store_true", help="only the steps you may decide (your groups)")
 
     show = commands.add_parser("show", help="one step: what was proposed, what happened, its ETag")
     show.add_argument("team")
@@ -359,7 +364,9 @@ def run(args: argparse.Namespace, reviewer: Reviewer, *, stdin: IO[str], stdout:
         if args.limit < 1:
             raise UsageError("--limit: at least 1")
         steps: list[Step] = []
-        for step in reviewer.queue(args.team, kind=cast(QueueKind, args.kind), page_size=min(args.limit, 200)):
+        for step in reviewer.queue(
+            args.team, kind=cast(QueueKind, args.kind), page_size=min(args.limit, 200), for_me=args.for_me
+        ):
             steps.append(step)
             if len(steps) >= args.limit:
                 break

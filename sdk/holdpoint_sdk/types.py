@@ -82,6 +82,8 @@ class Step(TypedDict):
     decisions: list[DecisionRecord]
     proposal: NotRequired[Proposal | None]  # v1.1
     trace_id: NotRequired[str | None]  # v1.2: the agent's latest W3C trace id on the step
+    approvals_required: NotRequired[int]  # v1.2 (§12): distinct eligible approvals that release it
+    approver_group: NotRequired[str | None]  # v1.2 (§12): the group that alone may decide, or None
     created_at: str
     updated_at: str
     url: str

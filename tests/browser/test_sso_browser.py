@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from accounts.models import Membership, Team
+from accounts.groups import group_create, groups_of
+from accounts.models import GroupMembership, Membership, Team
+from envelopes.configuration import tool_configure
 from envelopes.models import Step
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.browser.conftest import Watched
@@ -43,6 +45,9 @@ def sign_in_with_the_provider(page: Page, username: str) -> None:
 def test_a_reviewer_signs_in_with_the_provider_approves_and_loses_the_role_with_the_claim(
     open_page: OpenPage, provider: OidcProvider, live_server: Any, team: Team, agent: AgentClient
 ) -> None:
+    # A finance step (contract §12): alice may approve it because the claim puts her in finance.
+    group_create(team=team, name="finance")
+    tool_configure(team=team, name="wire_transfer", settings={"approver_group": "finance"}, actor="test")
     step = post_envelope(agent, approval_envelope(operation_ref="run_9/wire_17", tool="wire_transfer"))
     provider.set_groups("alice", ["holdpoint:acme:reviewer", "holdpoint:acme:group:finance", "vpn-users"])
     page = open_page().page
@@ -57,7 +62,9 @@ def test_a_reviewer_signs_in_with_the_provider_approves_and_loses_the_role_with_
         "reviewer",
         "claim",
     )
+    assert groups_of(user=Membership.objects.get(user__username="alice").user, team=team) == {"finance"}
     page.goto(f"/steps/{step.pk}/")
+    expect(page.locator("#held-for")).to_contain_text("for finance")
     page.get_by_label("Reason").fill("Supplier confirmed by phone.")
     page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#decision-feedback")).to_contain_text("Approved.")
@@ -73,6 +80,7 @@ def test_a_reviewer_signs_in_with_the_provider_approves_and_loses_the_role_with_
     later.wait_for_url(f"{live_server.url}/")
     expect(later.get_by_text("You are not a member of any team yet")).to_be_visible()
     assert not Membership.objects.filter(user__username="alice").exists()
+    assert not GroupMembership.objects.filter(user__username="alice").exists()  # claim-made: gone too
     # The first browser's session is alice's too: the role is gone there as well.
     page.goto("/")
     expect(page.get_by_text("You are not a member of any team yet")).to_be_visible()

@@ -65,8 +65,12 @@ def test_configuretool_sets_typed_values_and_refuses_a_broken_rule(team) -> None
     )
     with pytest.raises(CommandError, match="verification_deadline_s"):
         run("configuretool", "acme", "create_invoice", "consistency_window_s=600", "verification_deadline_s=300")
-    with pytest.raises(CommandError):
-        run("configuretool", "acme", "create_invoice", "required_approvals=3")
+    with pytest.raises(CommandError, match="required_approvals must be 1 to 5"):
+        run("configuretool", "acme", "create_invoice", "required_approvals=6")
+    with pytest.raises(CommandError, match="approver_group names no group"):
+        run("configuretool", "acme", "create_invoice", "approver_group=legal")
+    with pytest.raises(CommandError, match="approver_group must be a group name"):
+        run("configuretool", "acme", "create_invoice", "approver_group=Legal")
     with pytest.raises(CommandError):
         run("configuretool", "acme", "create_invoice", "colour=blue")
     assert Tool.objects.get(name="create_invoice").required_approvals == 2

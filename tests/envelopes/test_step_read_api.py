@@ -17,6 +17,8 @@ STEP_KEYS = {
     "correlation_id",
     "run_id",
     "trace_id",
+    "approvals_required",  # v1.2, §12: the quorum
+    "approver_group",  # v1.2, §12: who alone decides, or null
     "attempts",
     "max_attempts",
     "not_before",

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import rfc8785
 
-from approvals.services import DeniedByRule, GrantNotMade, step_decide
+from accounts.groups import group_member_add
+from approvals.services import DeniedByRule, GrantNotMade, GroupRequired, step_decide
 from envelopes.configuration import tool_configure
 from envelopes.events import DomainEvent
 from envelopes.models import Attempt, AuditEvent, Decision, Step
@@ -110,10 +111,16 @@ def test_a_rule_asking_for_three_approvals_needs_three_reviewers(agent, team, ma
     call(agent, "r4", LARGE)
     step = Step.objects.get(operation_ref="r4")
     assert (step.approvals_needed, step.approver_group, step.approvals_required) == (3, "finance", 3)
-    for name in ("rita", "sam"):
-        step_decide(team=team, step_id=step.pk, actor=make_reviewer(name), action="approve")
+    rita, sam, tom = (make_reviewer(name) for name in ("rita", "sam", "tom"))
+    # The rule's approvers decide (contract §12): outside finance, an approval is refused.
+    with pytest.raises(GroupRequired, match="Only finance may decide"):
+        step_decide(team=team, step_id=step.pk, actor=rita, action="approve")
+    for user in (rita, sam, tom):
+        group_member_add(team=team, name="finance", user=user)
+    for user in (rita, sam):
+        step_decide(team=team, step_id=step.pk, actor=user, action="approve")
         assert Step.objects.get(pk=step.pk).state == "awaiting_approval"
-    step_decide(team=team, step_id=step.pk, actor=make_reviewer("tom"), action="approve")
+    step_decide(team=team, step_id=step.pk, actor=tom, action="approve")
     assert Step.objects.get(pk=step.pk).state == "retry_ready"
 
 

@@ -31,7 +31,9 @@ def command() -> str:
 
 
 def holdpoint(live_server: LiveServer, token: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOLDPOINT_URL": live_server.url, "HOLDPOINT_TOKEN": token}
+    # The SDK of this tree (the console script may be an editable install of another checkout).
+    sdk = str(Path(__file__).resolve().parents[2] / "sdk")
+    env = {"PATH": "/usr/bin:/bin", "HOLDPOINT_URL": live_server.url, "HOLDPOINT_TOKEN": token, "PYTHONPATH": sdk}
     return subprocess.run([command(), *argv], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -133,3 +135,33 @@ def test_an_input_edited_on_the_command_line_is_what_the_agent_runs(
     assert done.ok and done.input_edited and done.input == edited
     assert done.result == {"refund_id": "re_1", "amount": 400}
     assert done.step is not None and done.step["state"] == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_line_says_who_decides_a_step_held_for_a_group(live_server: LiveServer, agent: Holdpoint) -> None:
+    from accounts.groups import group_create, group_member_add
+    from envelopes.configuration import tool_configure
+
+    team = Step.objects.get(operation_ref=REF).team
+    group_create(team=team, name="finance")
+    tool_configure(team=team, name="issue_refund", settings={"approver_group": "finance"}, actor="test")
+    rita = token_of(team, "rita", "reviewer")
+    fay_token = token_of(team, "fay", "reviewer")
+    from django.contrib.auth import get_user_model
+
+    group_member_add(team=team, name="finance", user=get_user_model().objects.get(username="fay"))
+
+    queue = holdpoint(live_server, rita, "queue", "cli")
+    assert "awaiting_approval for finance" in queue.stdout, queue.stdout
+    assert "nothing waiting" in holdpoint(live_server, rita, "queue", "cli", "--for-me").stdout
+    assert REF in holdpoint(live_server, fay_token, "queue", "cli", "--for-me").stdout
+    shown = holdpoint(live_server, rita, "show", "cli", REF)
+    assert "1 needed, for finance" in shown.stdout
+
+    refused = holdpoint(live_server, rita, "approve", "cli", REF)
+    assert refused.returncode != 0
+    assert "not allowed: Only finance may decide this step" in refused.stderr + refused.stdout
+    assert Step.objects.get(operation_ref=REF).state == "awaiting_approval"
+    approved = holdpoint(live_server, fay_token, "approve", "cli", REF)
+    assert approved.returncode == 0, approved.stderr
+    assert Step.objects.get(operation_ref=REF).state == "retry_ready"

@@ -1,0 +1,57 @@
+"""Who decides, in two real browsers (contract §12): an admin puts fay in finance on the groups
+page (htmx); fay, in finance, approves a finance step; rita, outside it, sees it read-only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from accounts.groups import group_create
+from accounts.models import Team
+from envelopes.configuration import tool_configure
+from envelopes.models import Step
+from tests.approvals.conftest import approval_envelope, post_envelope
+from tests.browser.conftest import Watched, log_in
+from tests.conftest import AgentClient
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+OpenPage = Callable[..., Watched]
+
+
+def test_finance_approves_and_everyone_else_sees_the_step_read_only(
+    open_page: OpenPage, make_reviewer: Any, team: Team, agent: AgentClient
+) -> None:
+    for name, role in (("ada", "admin"), ("fay", "reviewer"), ("rita", "reviewer")):
+        make_reviewer(name, role)
+    group_create(team=team, name="finance")
+    tool_configure(team=team, name="charge_card", settings={"approver_group": "finance"}, actor="test")
+    step = post_envelope(agent, approval_envelope(operation_ref="run_7/wire_20000"))
+
+    admin = open_page().page
+    log_in(admin, "ada")
+    admin.goto(f"/teams/{team.slug}/groups/")
+    admin.get_by_label("Username").fill("fay")
+    admin.get_by_role("button", name="Add").click()
+    expect(admin.locator("#groups")).to_contain_text("fay is in finance.")
+
+    rita = open_page().page  # her own context: her own session
+    log_in(rita, "rita")
+    rita.goto(f"/steps/{step.pk}/")
+    expect(rita.locator("#held-for")).to_contain_text("for finance")
+    expect(rita.locator("#held-for")).to_contain_text("Only finance may approve or reject this step")
+    expect(rita.get_by_role("button", name="Approve")).to_have_count(0)
+
+    fay = open_page().page
+    log_in(fay, "fay")
+    fay.goto(f"/steps/{step.pk}/")
+    expect(fay.locator("#held-for")).to_contain_text("for finance")
+    fay.get_by_role("button", name="Approve", exact=True).click()
+    expect(fay.locator("#decision-feedback")).to_be_visible()
+    step.refresh_from_db()
+    assert Step.objects.get(pk=step.pk).state == "retry_ready"
+    reviewer = step.decisions.get().reviewer
+    assert reviewer is not None and reviewer.username == "fay"
