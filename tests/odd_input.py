@@ -32,7 +32,7 @@ AGENT_ROUTES = {
     "run-skipped": Route("/api/v1/runs/{run_id}/skipped", (), "agent"),
 }
 REVIEWER_ROUTES = {
-    "reviewers:queue": Route("/api/v1/teams/{team}/queue", ("kind", "cursor", "limit"), "reviewer"),
+    "reviewers:queue": Route("/api/v1/teams/{team}/queue", ("kind", "for", "cursor", "limit"), "reviewer"),
     "reviewers:step": Route("/api/v1/teams/{team}/steps/{ref}", (), "reviewer"),
     "rules:api-rules": Route("/api/v1/teams/{team}/rules", (), "reviewer"),
     "rules:api-grants": Route("/api/v1/teams/{team}/grants", ("live", "cursor", "limit"), "reviewer"),
@@ -62,6 +62,7 @@ PAGE_ROUTES = {
     "rules:edit": Route("/rules/edit", ("team", "rule"), "page"),
     "rules:version": Route("/rules/version", ("team", "version"), "page"),
     "rules:grants": Route("/rules/grants/", ("team",), "page"),
+    "approvals:team-groups": Route("/teams/{team}/groups/", (), "page"),
 }
 # Read by the framework, not by our views: DRF's format suffix, drf-spectacular's language, the
 # OpenID Connect client's parameters.

@@ -65,6 +65,8 @@ def test_no_page_answers_5xx(desk: dict[str, Any], name: str, data: st.DataObjec
         segments["pk"] = data.draw(_pk_segment(desk["pk"][name]), label="pk")
     if "{tool}" in route.path:
         segments["tool"] = data.draw(st.one_of(st.just("charge_card"), odd_segment()), label="tool")
+    if "{team}" in route.path:
+        segments["team"] = data.draw(st.one_of(st.just("acme"), odd_segment()), label="team")
     query = data.draw(odd_query(route.params), label="query")
     client: Client = desk["clients"][data.draw(st.sampled_from(["reviewer", "admin"]), label="who")]
     target = data.draw(st.none() | st.sampled_from(HTMX_TARGETS), label="hx-target")
@@ -84,6 +86,8 @@ def test_each_parameter_and_segment_with_each_critical_value_answers_4xx_at_wors
     requests: list[tuple[str, dict[str, str]]] = []
     for name, route in PAGE_ROUTES.items():
         segments = {"tool": "charge_card"} if "{tool}" in route.path else {}
+        if "{team}" in route.path:
+            segments["team"] = "acme"
         if "{pk}" in route.path:
             segments["pk"] = str(desk["pk"][name])
         requests += [(url, {}) for url in sweep(route, segments, together=name in ONE_FORM)]

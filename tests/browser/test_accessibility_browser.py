@@ -54,12 +54,13 @@ def test_every_page_route_passes_axe(
             "approvals:quarantine-detail": Quarantine.objects.get().pk,
         },
         "tool": {"approvals:tool-incident": "sms_gateway", "metrics-tool": "refund"},
+        "team": {"approvals:team-groups": team.slug},
     }
     paths = []
     for name, route in sorted(PAGE_ROUTES.items()):
         if name in NOT_PAGES:
             continue
-        values = {field: segments[field][name] for field in ("pk", "tool") if "{" + field + "}" in route.path}
+        values = {field: segments[field][name] for field in ("pk", "tool", "team") if "{" + field + "}" in route.path}
         paths.append(route.path.format(**values) + QUERIES.get(name, ""))
     paths.append("/search?q=run_81")  # the list of matches, not a redirect
 

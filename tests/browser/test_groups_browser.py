@@ -3,6 +3,7 @@ page (htmx); fay, in finance, approves a finance step; rita, outside it, sees it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,10 @@ def test_finance_approves_and_everyone_else_sees_the_step_read_only(
 
     admin = open_page().page
     log_in(admin, "ada")
-    admin.goto(f"/teams/{team.slug}/groups/")
+    admin.goto("/")
+    admin.get_by_role("link", name="API keys").click()  # the team's admin page links its groups
+    admin.get_by_role("link", name=f"the reviewer groups of {team.slug}").click()
+    expect(admin).to_have_url(re.compile(rf"/teams/{team.slug}/groups/$"))
     admin.get_by_label("Username").fill("fay")
     admin.get_by_role("button", name="Add").click()
     expect(admin.locator("#groups")).to_contain_text("fay is in finance.")
