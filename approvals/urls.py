@@ -3,7 +3,7 @@ app's tool page; the halted tool's case lives beside it."""
 
 from django.urls import path
 
-from . import group_views, similar_views, views
+from . import group_views, quarantine_views, similar_views, views
 
 app_name = "approvals"
 
@@ -18,8 +18,8 @@ urlpatterns = [
     path("tools/<str:tool>/incident/", views.tool_incident, name="tool-incident"),
     path("tools/<str:tool>/resume", views.tool_resume, name="tool-resume"),
     path("tools/<str:tool>/cancel-held", views.tool_cancel_held, name="tool-cancel-held"),
-    path("quarantine/", views.quarantine_list, name="quarantine"),
-    path("quarantine/<int:pk>/", views.quarantine_detail, name="quarantine-detail"),
+    path("quarantine/", quarantine_views.quarantine_list, name="quarantine"),
+    path("quarantine/<int:pk>/", quarantine_views.quarantine_detail, name="quarantine-detail"),
     path("teams/<str:team>/groups/", group_views.team_groups, name="team-groups"),
     path("keys/", views.api_keys, name="api-keys"),
     path("keys/<int:pk>/revoke", views.api_key_revoke, name="api-key-revoke"),

@@ -7,7 +7,6 @@ partials alike. Writes go through approvals.services only.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ from dashboard.shell import (
     tools_of,
 )
 from envelopes.errors import StepNotFound
-from envelopes.models import Quarantine, Step, Tool
+from envelopes.models import Step, Tool
 from envelopes.proposal import previous_proposal, proposal_of
 from telemetry.traceparent import trace_url
 
@@ -482,56 +481,6 @@ def tool_cancel_held(request: HtmxHttpRequest, tool: str) -> HttpResponse:
 
 def _steps(count: int) -> str:
     return f"{count} held step" if count == 1 else f"{count} held steps"
-
-
-# --- quarantine --------------------------------------------------------------------------------
-
-
-@require_GET
-@dashboard_login_required
-def quarantine_list(request: HtmxHttpRequest) -> HttpResponse:
-    memberships = memberships_of(request.user)
-    filter_form = QueueFilterForm(request.GET)
-    filters = filter_form.filters()
-    teams = teams_of(request.user, slug=filters.team)
-    now = timezone.now()
-    page = queries.CappedPaginator(queries.quarantined(teams, filters, now), 50).get_page(request.GET.get("page"))
-    context = {
-        "filter_form": filter_form,
-        "filters": filters,
-        "memberships": memberships,
-        "multi_team": len(memberships) > 1,
-        "page": page,
-        "choices": queries.filter_choices(teams),
-        "age_choices": AGE_CHOICES,
-        "now": now,
-    }
-    return page_render(request, "approvals/quarantine_list.html", context)
-
-
-def _readable_body(body: str) -> str:
-    """Indented JSON when the redacted body parses; as received otherwise. Escaped either way."""
-    try:
-        return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
-    except ValueError:
-        return body
-
-
-@require_GET
-@dashboard_login_required
-def quarantine_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    item = get_object_or_404(
-        Quarantine.objects.filter(team__in=teams_of(request.user)).select_related("team", "step"),
-        pk=pk,
-    )
-    memberships = memberships_of(request.user)
-    context = {
-        "item": item,
-        "body": _readable_body(item.body),
-        "multi_team": len(memberships) > 1,
-        "now": timezone.now(),
-    }
-    return page_render(request, "approvals/quarantine_detail.html", context)
 
 
 # --- a team's API keys ----------------------------------------------------------------------------

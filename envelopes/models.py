@@ -15,6 +15,7 @@ from accounts.models import Team
 
 from .lifecycle import Snapshot
 from .states import HELD, TERMINAL, State
+from .vocabulary import Category, NextAction, RetryClass, SideEffect
 
 TOOL_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,99}$"
 CODE_RE = r"^[A-Z][A-Z0-9_]{1,63}$"
@@ -89,38 +90,6 @@ class Tool(models.Model):
 
     def is_halted(self, now: datetime | None = None) -> bool:
         return self.halted_until is not None and self.halted_until > (now or timezone.now())
-
-
-class Category(models.TextChoices):
-    VALIDATION = "validation"
-    AUTHORIZATION = "authorization"
-    CONFLICT = "conflict"
-    DEPENDENCY = "dependency"
-    RATE_LIMIT = "rate_limit"
-    INTERNAL = "internal"
-
-
-class RetryClass(models.TextChoices):
-    TRANSIENT = "transient"
-    CORRECTABLE = "correctable"
-    ESCALATE = "escalate"
-    ABORT = "abort"
-
-
-class NextAction(models.TextChoices):
-    CORRECT_INPUT = "correct_input"
-    WAIT_AND_RETRY = "wait_and_retry"
-    VERIFY_OPERATION = "verify_operation"
-    REQUEST_APPROVAL = "request_approval"
-    ESCALATE = "escalate"
-    ABORT = "abort"
-
-
-class SideEffect(models.TextChoices):
-    NONE = "none"
-    BEFORE_COMMIT = "before_commit"
-    AFTER_COMMIT = "after_commit"
-    UNKNOWN = "unknown"
 
 
 class ErrorCode(models.Model):
