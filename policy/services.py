@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounts.models import Team
+from accounts.models import ReviewerGroup, Team
 
 from .cel import compile_when
 from .errors import GrantNotFound, GrantRefused, RulesInvalid, VersionMismatch, WhenInvalid
@@ -129,10 +129,31 @@ def _validated(rules: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return problems, cleaned
 
 
-def rules_validate(rules: Any) -> list[dict[str, Any]]:
+def _missing_groups(team: Team, rules: list[Any]) -> list[dict[str, Any]]:
+    """A rule's `approvers` names a group the team's admins made (contract §12): one query for
+    the whole set, however many rules name groups."""
+    named = {
+        index: raw["approvers"]
+        for index, raw in enumerate(rules)
+        if isinstance(raw, dict) and isinstance(raw.get("approvers"), str) and GROUP_NAME_RE.match(raw["approvers"])
+    }
+    if not named:
+        return []
+    made = set(ReviewerGroup.objects.filter(team=team, name__in=set(named.values())).values_list("name", flat=True))
+    return [
+        _problem(index, str(rules[index].get("name") or ""), "approvers", f"{team.slug} has no group {name!r}.")
+        for index, name in named.items()
+        if name not in made
+    ]
+
+
+def rules_validate(rules: Any, *, team: Team | None = None) -> list[dict[str, Any]]:
     """The problems `rules_replace` would refuse the set for ([] when none), writing nothing: for
-    forms and dry runs."""
-    return _validated(rules)[0]
+    forms and dry runs. With `team`, also the groups its rules name."""
+    problems = _validated(rules)[0]
+    if team is not None and isinstance(rules, list):
+        problems += _missing_groups(team, rules)
+    return problems
 
 
 @transaction.atomic
@@ -143,6 +164,7 @@ def rules_replace(*, team: Team, rules: list[dict[str, Any]], actor: str, if_ver
     version 1, a missing one is deleted; the set's new version is written and returned. A set
     identical to the current one still makes a version (the caller asked to save)."""
     problems, cleaned = _validated(rules)
+    problems += _missing_groups(team, rules) if isinstance(rules, list) else []
     if problems:
         raise RulesInvalid(problems)
     # One writer per team's set at a time: the team row is the lock (the set may be empty).

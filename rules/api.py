@@ -173,7 +173,7 @@ class TeamRulesTestApi(RulesApiView):
     )
     def post(self, request: Request, team: str) -> Response:
         found = self.membership(request, team).team  # a test changes nothing: every member may run one
-        draft = rules_checked(_draft_of(request))
+        draft = rules_checked(_draft_of(request), found)
         _, rules = rules_current(found)
         report = history_test(team=found, draft=draft, current=[rule_shape(rule) for rule in rules])
         return Response(report.as_json())

@@ -104,10 +104,10 @@ def one_rule_yaml(rule: dict[str, Any]) -> str:
     return "\n".join(line[2:] if line.startswith(("- ", "  ")) else line for line in lines) + "\n"
 
 
-def problems_of(draft: list[Any]) -> list[str]:
+def problems_of(draft: list[Any], team: Team | None = None) -> list[str]:
     from policy.services import rules_validate
 
-    return [problem_line(problem) for problem in rules_validate(draft)]
+    return [problem_line(problem) for problem in rules_validate(draft, team=team)]
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from accounts.models import Team
 from policy.services import rules_validate
 
 from .errors import RulesRefused
@@ -38,9 +39,10 @@ def problem_line(problem: dict[str, Any]) -> str:
     return f"{name}{problem.get('field', 'rules')}{at}: {problem.get('reason', 'invalid')}"
 
 
-def rules_checked(draft: list[Any]) -> list[Any]:
-    """`draft` when policy would save it; RulesRefused naming every problem otherwise."""
-    problems = rules_validate(draft)
+def rules_checked(draft: list[Any], team: Team | None = None) -> list[Any]:
+    """`draft` when policy would save it (for `team`: its groups too); RulesRefused naming every
+    problem otherwise."""
+    problems = rules_validate(draft, team=team)
     if problems:
         detail = problem_line(problems[0]) + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
         raise RulesRefused(detail, errors=problems_as_errors(problems))

@@ -168,7 +168,7 @@ def rules_edit(request: HtmxHttpRequest) -> HttpResponse:
         form.add_error("rules", str(error))
         return _editor(request, membership, form, version=version, one=one, status=422)
     diff = rules_diff(current, draft)
-    problems = pages.problems_of(draft)
+    problems = pages.problems_of(draft, membership.team)
     if problems:
         return _editor(request, membership, form, version=version, one=one, diff=diff, problems=problems, status=422)
     notes: list[tuple[str, str]] = []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from accounts.groups import group_member_add
+from accounts.groups import group_create, group_member_add
 from approvals.services import DeniedByRule, GrantNotMade, GroupRequired, step_decide
 from envelopes.configuration import tool_configure
 from envelopes.events import DomainEvent
@@ -107,6 +107,7 @@ def test_an_approved_input_is_granted_though_a_rule_matches_it(agent, team, make
 
 
 def test_a_rule_asking_for_three_approvals_needs_three_reviewers(agent, team, make_reviewer) -> None:
+    group_create(team=team, name="finance")
     rules(team, rule("big-refunds", "require_approval", BIG, approvals=3, approvers="finance"))
     call(agent, "r4", LARGE)
     step = Step.objects.get(operation_ref="r4")

@@ -126,6 +126,19 @@ def test_each_bad_field_is_named(change: dict[str, object], field: str) -> None:
     assert [p["field"] for p in problems] == [field]
 
 
+def test_approvers_must_name_a_group_of_the_team(team, other_team) -> None:
+    from accounts.groups import group_create
+
+    group_create(team=other_team, name="finance")  # another team's group does not count
+    with pytest.raises(RulesInvalid) as refused:
+        rules_replace(team=team, rules=[a_rule(approvers="finance")], actor="rita", if_version=0)
+    assert [p["field"] for p in refused.value.problems] == ["rules[0].approvers"]
+    assert [p["field"] for p in rules_validate([a_rule(approvers="finance")], team=team)] == ["rules[0].approvers"]
+    group_create(team=team, name="finance")
+    assert rules_validate([a_rule(approvers="finance")], team=team) == []
+    assert rules_replace(team=team, rules=[a_rule(approvers="finance")], actor="rita", if_version=0).version == 1
+
+
 def test_an_exported_rule_applies_as_it_is(team) -> None:
     saved = rules_replace(team=team, rules=[a_rule()], actor="rita", if_version=0)
     assert rules_validate(saved.rules) == []

@@ -99,6 +99,24 @@ def test_a_rule_that_does_not_compile_is_refused_naming_its_field_and_position(
     assert AuditEvent.objects.filter(chain=f"policy:{team.pk}").count() == 1
 
 
+def test_approvers_naming_a_group_the_team_has_not_made_is_refused(admin_api: RulesClient, team: Team) -> None:
+    from accounts.groups import group_create
+
+    group_create(team=team, name="finance")
+    held = {**BIG_REFUNDS, "approvers": "finance"}
+    legal = {**NO_PROD_DROPS, "effect": "require_approval", "approvers": "legal"}
+    response = admin_api.put({"rules": [held, legal]}, etag=admin_api.etag())
+
+    assert response.status_code == 422
+    (error,) = response.json()["errors"]
+    assert error["field"] == "rules[1].approvers" and "no group 'legal'" in error["reason"]
+    assert not Rule.objects.filter(team=team).exists()
+    # The test against history refuses it too; a group that exists is accepted.
+    tested = admin_api.test({"rules": [{**held, "approvers": "legal"}]})
+    assert tested.status_code == 422 and tested.json()["errors"][0]["field"] == "rules[0].approvers"
+    assert admin_api.put({"rules": [held]}, etag=admin_api.etag()).status_code == 200
+
+
 def test_an_unknown_variable_and_a_non_bool_are_refused(admin_api: RulesClient) -> None:
     response = admin_api.put(
         {"rules": [{**BIG_REFUNDS, "when": "amount > 5"}, {**NO_PROD_DROPS, "when": "input.env"}]},

@@ -77,6 +77,15 @@ def test_a_broken_file_names_the_rule_field_and_position_and_applies_nothing(tmp
     assert list(Rule.objects.filter(team=team).values_list("when", flat=True)) == [BIG_REFUNDS["when"]]
 
 
+def test_approvers_naming_a_missing_group_is_refused_and_applies_nothing(tmp_path: Path, team: Team) -> None:
+    result = manage("rules", "acme", "apply", str(write(tmp_path, [{**BIG_REFUNDS, "approvers": "finance"}])))
+
+    assert result.returncode != 0
+    assert "nothing applied" in result.stderr
+    assert "rules[0].approvers: acme has no group 'finance'" in result.stderr
+    assert not Rule.objects.filter(team=team).exists()
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

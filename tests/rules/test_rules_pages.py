@@ -84,6 +84,17 @@ def test_the_editor_names_a_broken_rule_and_keeps_the_draft(ada: Any, team: Team
     assert 'name="tested"' not in html
 
 
+def test_approvers_naming_a_missing_group_is_shown_on_the_form(ada: Any, team: Team) -> None:
+    text = (
+        "rules:\n- name: big\n  tools: [issue_refund]\n  when: 'input.amount_cents > 9'\n"
+        "  effect: require_approval\n  approvers: finance\n"
+    )
+    page = ada.post("/rules/edit", {"team": "acme", "rules": text, "base_version": 0, "action": "test"})
+    assert page.status_code == 422
+    assert "rules[0].approvers: acme has no group &#x27;finance&#x27;" in page.content.decode()
+    assert not Rule.objects.filter(team=team).exists()
+
+
 def test_one_rule_is_edited_in_place(ada: Any, team: Team) -> None:
     saved(team, [NO_PROD_DROPS, BIG_REFUNDS])
     form = ada.get("/rules/edit?team=acme&rule=big-refunds").content.decode()

@@ -67,7 +67,7 @@ class Command(BaseCommand):
         diff = rules_diff(current, draft)
         from policy.services import rules_validate
 
-        problems = rules_validate(draft)
+        problems = rules_validate(draft, team=found)
         if problems:
             raise CommandError(
                 f"{options['file']}: nothing applied, {len(problems)} problem(s):\n"
