@@ -1,4 +1,4 @@
-"""What `holdpoint-mcp` adds to a tool call: p50/p95 of the same tools/call made directly to an
+"""What `holdpoint-mcp` adds to a tool call: p50/p95/p99 of the same tools/call made directly to an
 MCP server and through the proxy, against a running Holdpoint, and where the difference goes.
 
     .venv/bin/python bench/mcp_proxy_latency.py --base-url http://127.0.0.1:8000 --api-key hp_... [-n 300]
@@ -15,7 +15,12 @@ swings hit them alike:
 - stub:        the same two requests to a stub Holdpoint (this file, --serve-stub: h11 on asyncio,
                kept-alive, canned answers): what the client side of a request costs;
 - proxied-stub: the proxy against the stub: what the proxy costs when Holdpoint costs nothing.
-With --stub-only, the series that need a real Holdpoint (proxied, holdpoint) are left out.
+- read-only / read-only-direct: `get_balance` through the proxy (listed in its config's
+               `read_only`: passed straight through, no Holdpoint) and directly;
+- error / error-direct: `create_customer` with no email address, whose upstream answers a
+               validation error envelope (fix the input; no circuit opens), through the proxy (the gate, the call, the envelope posted
+               before the result returns, since its directive matters) and directly.
+With --stub-only, the series that need a real Holdpoint (proxied, holdpoint, error) are left out.
 Each series' upstream keeps its own state file (tests/mcp/upstream_server.py rewrites it on
 every call, so one shared file would make every series slower as the run goes on).
 
@@ -144,8 +149,14 @@ def clocked(call: Callable[[int], Awaitable[Any]]) -> Call:
 
 
 async def session_call(
-    stack: AsyncExitStack, parameters: Any, tag: str, errlog: Any = sys.stderr, *, as_the_proxy: bool = False
-) -> Call:
+    stack: AsyncExitStack,
+    parameters: Any,
+    tag: str,
+    errlog: Any = sys.stderr,
+    *,
+    as_the_proxy: bool = False,
+    tools: tuple[str, ...] = ("create_invoice",),
+) -> dict[str, Call]:
     """Calls of create_invoice over one ClientSession. `as_the_proxy`: with the `_meta` the proxy
     adds on its way upstream (a new operation_ref per call), so that the upstream server does
     the same work for a direct call as for a proxied one (it files each invoice under its
@@ -156,15 +167,21 @@ async def session_call(
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
 
-    async def call(i: int) -> None:
-        meta = None
-        if as_the_proxy:
-            ref, run = f"direct-{tag}/create_invoice/{i}", f"direct-{tag}"
-            meta = {"dev.holdpoint/operation_ref": ref, "dev.holdpoint/run_id": run, "dev.holdpoint/attempt": 1}
-        result = await session.call_tool("create_invoice", invoice(tag, i), meta=meta)
-        assert not result.is_error, result
+    def caller(tool: str) -> Call:
+        async def call(i: int) -> None:
+            meta = None
+            if as_the_proxy and tool != "get_balance":
+                ref, run = f"direct-{tag}/{tool}/{i}", f"direct-{tag}"
+                meta = {"dev.holdpoint/operation_ref": ref, "dev.holdpoint/run_id": run, "dev.holdpoint/attempt": 1}
+            arguments: dict[str, Any] = {} if tool == "get_balance" else invoice(tag, i)
+            if tool == "create_customer":
+                arguments = {"email": f"not-an-address-{tag}-{i}"}
+            result = await session.call_tool(tool, arguments, meta=meta)
+            assert result.is_error == (tool == "create_customer"), result
 
-    return clocked(call)
+        return clocked(call)
+
+    return {tool: caller(tool) for tool in tools}
 
 
 async def holdpoint_call(stack: AsyncExitStack, base_url: str, api_key: str, tag: str) -> Call:
@@ -217,8 +234,9 @@ def breakdown(log: Path, warmup: int) -> str:
 def summary(name: str, samples: list[float], cpu: float | None) -> str:
     spent = f"  cpu/call {cpu:5.2f} ms" if cpu is not None else ""
     return (
-        f"{name:<13} n={len(samples):<4} p50={percentile(samples, 0.5):7.2f} ms  "
-        f"p95={percentile(samples, 0.95):7.2f} ms  mean={statistics.fmean(samples):7.2f} ms{spent}"
+        f"{name:<16} n={len(samples):<4} p50={percentile(samples, 0.5):7.2f} ms  "
+        f"p95={percentile(samples, 0.95):7.2f} ms  p99={percentile(samples, 0.99):7.2f} ms  "
+        f"mean={statistics.fmean(samples):7.2f} ms{spent}"
     )
 
 
@@ -238,8 +256,12 @@ async def run(args: argparse.Namespace) -> None:
     def upstream_env(series: str) -> dict[str, str]:
         return {**env, "UPSTREAM_STATE": str(states / f"{series}.json")}
 
+    config = states / "proxy.json"
+    config.write_text(json.dumps({"read_only": ["get_balance"]}))
+
     def proxy(url: str, marker: str) -> Any:
         command = ["-m", "holdpoint_sdk.mcp_proxy", "--url", url, "--run-id", f"bench-{tag}-{marker}"]
+        command += ["--config", str(config)]
         command += ["--send-input", args.send_input, "--", sys.executable, str(UPSTREAM)]
         return StdioServerParameters(command=sys.executable, args=command, env=upstream_env(marker), cwd=str(ROOT))
 
@@ -252,17 +274,31 @@ async def run(args: argparse.Namespace) -> None:
             command=sys.executable, args=[str(UPSTREAM)], env=upstream_env("direct"), cwd=str(ROOT)
         )
         async with AsyncExitStack() as stack:
-            calls = {"direct": await session_call(stack, direct, f"d{tag}", as_the_proxy=True)}
+            three = ("create_invoice", "get_balance", "create_customer")
+            direct_calls = await session_call(stack, direct, f"d{tag}", as_the_proxy=True, tools=three)
+            calls = {"direct": direct_calls["create_invoice"]}
             if not args.stub_only:
-                calls["proxied"] = await session_call(
-                    stack, proxy(args.base_url, "real"), f"p{tag}", stack.enter_context(logs["proxied"].open("w"))
+                real = await session_call(
+                    stack,
+                    proxy(args.base_url, "real"),
+                    f"p{tag}",
+                    stack.enter_context(logs["proxied"].open("w")),
+                    tools=three,
                 )
+                calls["proxied"] = real["create_invoice"]
                 calls["holdpoint"] = await holdpoint_call(stack, args.base_url, args.api_key, f"h{tag}")
+                calls["read-only-direct"] = direct_calls["get_balance"]
+                calls["read-only"] = real["get_balance"]
+                calls["error-direct"] = direct_calls["create_customer"]
+                calls["error"] = real["create_customer"]
             calls["stub"] = await holdpoint_call(stack, stub_url, "hp_stub", f"s{tag}")
-            calls["proxied-stub"] = await session_call(
+            stubbed = await session_call(
                 stack, proxy(stub_url, "stub"), f"q{tag}", stack.enter_context(logs["proxied-stub"].open("w"))
             )
-            proxies = {"proxied": pids_with(f"bench-{tag}-real"), "proxied-stub": pids_with(f"bench-{tag}-stub")}
+            calls["proxied-stub"] = stubbed["create_invoice"]
+            real_pids = pids_with(f"bench-{tag}-real")
+            proxies = {"proxied": real_pids, "read-only": real_pids, "error": real_pids}
+            proxies["proxied-stub"] = pids_with(f"bench-{tag}-stub")
             server_match = args.server_match or urlsplit(args.base_url).netloc
             server = pids_with(server_match) + (pids_with(args.db_match) if args.db_match else [])
             server_cpu = 0.0
@@ -281,7 +317,7 @@ async def run(args: argparse.Namespace) -> None:
                             server_cpu += cpu_ms(server) - server_before
                         if name in ("holdpoint", "stub"):
                             cpu[name] += (time.process_time() - own_before) * 1000
-                        else:
+                        elif watched:
                             cpu[name] += cpu_ms(watched) - watched_before
     finally:
         stub.terminate()
@@ -290,7 +326,7 @@ async def run(args: argparse.Namespace) -> None:
     where = "" if args.stub_only else f"Holdpoint at {args.base_url}; "
     print(f"{where}the stub at {stub_url}; cpu/call: the proxy process, or this one")
     for name, samples in results.items():
-        print(summary(name, samples, cpu[name] / len(samples) if name != "direct" else None))
+        print(summary(name, samples, cpu[name] / len(samples) if cpu[name] else None))
     if not args.stub_only:
         print(
             f"Holdpoint's CPU for the two requests (processes matching {server_match!r}"
@@ -305,6 +341,12 @@ async def run(args: argparse.Namespace) -> None:
         added = p50["proxied"] - p50["direct"]
         print(f"added by the proxy at p50: {added:.2f} ms (Holdpoint's two requests: {p50['holdpoint']:.2f} ms)")
         print(f"proxy own at p50 (proxied - direct - holdpoint): {added - p50['holdpoint']:.2f} ms")
+        p99 = {name: percentile(samples, 0.99) for name, samples in results.items()}
+        for series, base in (("proxied", "direct"), ("read-only", "read-only-direct"), ("error", "error-direct")):
+            print(
+                f"added by the proxy to {series}: p50 {p50[series] - p50[base]:.2f} ms, "
+                f"p99 {p99[series] - p99[base]:.2f} ms"
+            )
     stub_added = p50["proxied-stub"] - p50["direct"]
     print(
         f"added against the stub at p50 (proxied-stub - direct): {stub_added:.2f} ms"
