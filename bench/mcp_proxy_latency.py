@@ -18,8 +18,9 @@ swings hit them alike:
 - read-only / read-only-direct: `get_balance` through the proxy (listed in its config's
                `read_only`: passed straight through, no Holdpoint) and directly;
 - error / error-direct: `create_customer` with no email address, whose upstream answers a
-               validation error envelope (fix the input; no circuit opens), through the proxy (the gate, the call, the envelope posted
-               before the result returns, since its directive matters) and directly.
+               validation error envelope (fix the input; no circuit opens), through the proxy
+               (the gate, the call, the envelope posted before the result returns, since its
+               directive matters) and directly.
 With --stub-only, the series that need a real Holdpoint (proxied, holdpoint, error) are left out.
 Each series' upstream keeps its own state file (tests/mcp/upstream_server.py rewrites it on
 every call, so one shared file would make every series slower as the run goes on).
