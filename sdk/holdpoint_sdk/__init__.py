@@ -42,13 +42,14 @@ from .errors import (
     WebhookVerificationError,
 )
 from .guard import AsyncGuard, Guard, Outcome, new_operation_ref
-from .reviewer import ReviewedStep, Reviewer
+from .reviewer import AsyncReviewer, ReviewedStep, Reviewer
 from .webhooks import sign_webhook, verify_webhook
 
 __all__ = [
     "ApprovedInputNotPassed",
     "AsyncGuard",
     "AsyncHoldpoint",
+    "AsyncReviewer",
     "AttemptRefused",
     "ConditionalStep",
     "Conflict",

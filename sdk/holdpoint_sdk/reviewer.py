@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import httpx
 
+from .async_client import AsyncHoldpoint
 from .client import Holdpoint
 from .client_base import ApiCall, drop_none
 from .types import DecisionAction, DecisionAnswer, QueueKind, Step, StepPage
@@ -53,6 +54,27 @@ class ReviewedStep:
 
     step: Step
     etag: str
+
+
+def _decision_call(
+    team: str,
+    operation_ref: str,
+    *,
+    action: DecisionAction,
+    etag: str,
+    reason: str | None,
+    input: Mapping[str, Any] | None = None,
+    grant: Mapping[str, Any] | None = None,
+) -> ApiCall:
+    body = drop_none({"action": action, "reason": reason, "input": input, "grant": grant})
+    return ApiCall(
+        "POST",
+        team_step_path(team, operation_ref) + "/decisions",
+        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+        headers={"Content-Type": "application/json", "If-Match": etag},
+        idempotent=False,  # a decision sent twice would be refused 412 at best: never resend
+        expect=(201,),
+    )
 
 
 class Reviewer:
@@ -124,15 +146,7 @@ class Reviewer:
 
         Raises StepChanged (412) when the step moved since, Unauthorized (401/403), NotFound,
         Conflict (409 `decision_not_allowed`), ValidationFailed (422, e.g. a missing reason)."""
-        body = drop_none({"action": action, "reason": reason, "input": input, "grant": grant})
-        call = ApiCall(
-            "POST",
-            team_step_path(team, operation_ref) + "/decisions",
-            body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
-            headers={"Content-Type": "application/json", "If-Match": etag},
-            idempotent=False,  # a decision sent twice would be refused 412 at best: never resend
-            expect=(201,),
-        )
+        call = _decision_call(team, operation_ref, action=action, etag=etag, reason=reason, input=input, grant=grant)
         return cast(DecisionAnswer, self._client._fetch(call))
 
     # --- rules and grants (contract §11) ---------------------------------------------------------
@@ -169,3 +183,41 @@ class Reviewer:
             expect=(200,),
         )
         return cast(dict[str, Any], self._client._fetch(call))
+
+
+class AsyncReviewer:
+    """The reviewer API's step read and decision, awaited (holdpoint-mcp decides in its client
+    with these). The same rules as `Reviewer`: reads retried, a decision never sent twice."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0, max_retries: int = 2) -> None:
+        if not token:
+            raise ValueError("a reviewer token (hpr_...) is required")
+        self._client = AsyncHoldpoint(base_url, token, timeout=timeout, max_retries=max_retries)
+        self.base_url = self._client.base_url
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncReviewer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def step(self, team: str, operation_ref: str) -> ReviewedStep:
+        """A step of the team (the §4 shape) and its ETag."""
+        response = await self._client._send(ApiCall("GET", team_step_path(team, operation_ref), expect=(200,)))
+        return ReviewedStep(step=cast(Step, response.json()), etag=response.headers.get("ETag", ""))
+
+    async def decide(
+        self,
+        team: str,
+        operation_ref: str,
+        *,
+        action: DecisionAction,
+        etag: str,
+        reason: str | None = None,
+    ) -> DecisionAnswer:
+        """Decide on the step version `etag` names; the errors of `Reviewer.decide`."""
+        call = _decision_call(team, operation_ref, action=action, etag=etag, reason=reason)
+        return cast(DecisionAnswer, await self._client._fetch(call))

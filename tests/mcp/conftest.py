@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import pytest
 from django.test.utils import override_settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
 from pytest_django.live_server_helper import LiveServer
 
 from accounts.models import Team
@@ -80,10 +81,17 @@ class Rig:
 
     @asynccontextmanager
     async def session(
-        self, *args: str, upstream_url: str | None = None, errlog: TextIO = sys.stderr, **env: str
+        self,
+        *args: str,
+        upstream_url: str | None = None,
+        errlog: TextIO = sys.stderr,
+        elicitation_callback: ElicitationFnT | None = None,
+        **env: str,
     ) -> AsyncIterator[ClientSession]:
         """A client session with the proxy, which launches the upstream server (or reaches it
-        at `upstream_url` over streamable HTTP); the proxy's stderr goes to `errlog`."""
+        at `upstream_url` over streamable HTTP); the proxy's stderr goes to `errlog`. With an
+        `elicitation_callback` the client declares the elicitation capability and answers
+        the proxy's forms with it."""
         upstream = ["--upstream-url", upstream_url] if upstream_url else ["--upstream", f"{sys.executable} {UPSTREAM}"]
         parameters = StdioServerParameters(
             command=sys.executable,
@@ -91,7 +99,10 @@ class Rig:
             env=self.env(**env),
             cwd=str(ROOT),
         )
-        async with stdio_client(parameters, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(parameters, errlog=errlog) as (read, write),
+            ClientSession(read, write, elicitation_callback=elicitation_callback) as session,
+        ):
             await session.initialize()
             yield session
 

@@ -64,6 +64,10 @@ def _holdpoint_block(
         # Approved by a reviewer (Holdpoint refuses an edit that carries a secret).
         block["input_edited"] = True
         block["input"] = call.arguments
+    if call.client_review is not None:
+        # Put to the client's human (decide.py): approved, approval_counted, rejected,
+        # not_decided or refused, with the refusal's code.
+        block["client_review"] = {"outcome": call.client_review["outcome"], "code": call.client_review["code"]}
     block.update(more)
     return block
 
@@ -74,6 +78,8 @@ def _line(call: ToolCall, step: Mapping[str, Any] | None, directive: Mapping[str
         line += " A reviewer approved an edited input: the tool was called with it, not with yours (see input)."
     if directive.get("action") == "hold" and call.input_withheld:
         line += f" The reviewer sees only the input's fingerprint: {call.input_withheld}."
+    if call.client_review is not None:
+        line += " " + call.client_review["note"]
     return line
 
 

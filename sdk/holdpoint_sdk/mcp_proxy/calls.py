@@ -4,8 +4,9 @@ keys under which the proxy speaks to the upstream and the client."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,13 @@ META_RUN_ID = META + "run_id"
 META_ATTEMPT = META + "attempt"
 META_APPROVED = META + "approved"
 META_DIRECTIVE = META + "directive"
+
+# How this tools/call may put a form to its MCP client (elicitation/create, form mode):
+# `ask(message, requested_schema, timeout)` gives the client's ElicitResult as a dict, or None
+# when it gave none (an error, no answer in time). Set by the lane or the SDK's handler for each
+# call, None when the client did not declare form elicitation.
+Ask = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any] | None]]
+CLIENT_ASK: ContextVar[Ask | None] = ContextVar("holdpoint_mcp_client_ask", default=None)
 
 
 @dataclass
@@ -37,6 +45,8 @@ class ToolCall:
     input_sent: bool = False  # the gate received the input itself, not only its fingerprint
     input_withheld: str | None = None  # why it did not, when the proxy meant to send it
     input_edited: bool = False  # a reviewer approved an edited input: `arguments` is theirs
+    asked_client: bool = False  # the hold was put to the client once (one form per tools/call)
+    client_review: dict[str, Any] | None = None  # what became of it: outcome, code, note
     spent: dict[str, float] = field(default_factory=dict)  # ms waiting for gate, upstream, envelope
 
 
@@ -51,12 +61,14 @@ def time_spent(call: ToolCall, what: str) -> Iterator[None]:
 
 
 __all__ = [
+    "CLIENT_ASK",
     "META",
     "META_APPROVED",
     "META_ATTEMPT",
     "META_DIRECTIVE",
     "META_OPERATION_REF",
     "META_RUN_ID",
+    "Ask",
     "ToolCall",
     "time_spent",
 ]

@@ -12,6 +12,12 @@ key from /proc/$PPID/environ or /proc/$PPID/mem; the upstream's environment has 
 everything the proxy says goes to stderr (HOLDPOINT_MCP_LOG=info for more; HOLDPOINT_MCP_TIMINGS=1
 for one line per guarded call with the milliseconds spent waiting for the attempt gate, the
 upstream and the envelope, and in the proxy's own code).
+
+With a reviewer token (--reviewer-token-file FILE or $HOLDPOINT_REVIEWER_TOKEN_FILE, never the
+token itself; the file readable by its owner only) and its team (--reviewer-team or
+$HOLDPOINT_REVIEWER_TEAM), a held call is put to the MCP client as an elicitation form when the
+client declares the `elicitation` capability: accept approves as the token's user, decline
+rejects (sdk/README.md, "Deciding in the client").
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import argparse
 import ctypes
 import logging
 import os
+import re
 import shlex
+import stat
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
@@ -57,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=("before", "after"),
         help="after (the default): return a success at once and post its envelope in the background",
     )
+    review = parser.add_argument_group("deciding in the client (MCP elicitation)")
+    review.add_argument(
+        "--reviewer-token-file",
+        metavar="FILE",
+        help="a reviewer token (hpr_...) to decide held calls in the client with "
+        "(default: $HOLDPOINT_REVIEWER_TOKEN_FILE); never pass the token itself",
+    )
+    review.add_argument("--reviewer-team", metavar="TEAM", help="the token's team (default: $HOLDPOINT_REVIEWER_TEAM)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the upstream command line")
     return parser
 
@@ -67,6 +83,8 @@ ARGV_KEY_WARNING = (
     "variable instead"
 )
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+REVIEWER_TOKEN_PREFIX = "hpr_"
+TEAM_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")  # accounts.models.TEAM_SLUG_RE
 
 
 def refuse_dumps() -> bool:
@@ -95,6 +113,46 @@ def _key_from_file(parser: argparse.ArgumentParser, path: str) -> str:
     if not key or len(key.split()) != 1:
         parser.error(f"--api-key-file: {path} must hold one key (hp_...), nothing else")
     return key
+
+
+def _reviewer_token_from_file(parser: argparse.ArgumentParser, path: str) -> str:
+    """The token a reviewer token file holds. A file other users may read is refused (as ssh
+    refuses such a key; group read stays allowed for a mounted secret): the token approves
+    writes. The token is never echoed in a message."""
+    if path.startswith(REVIEWER_TOKEN_PREFIX):
+        # The token itself where its file belongs (argparse takes --reviewer-token for this
+        # option too): say so without repeating it.
+        parser.error("--reviewer-token-file takes the path of a file holding the token, never the token itself")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            token = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--reviewer-token-file: {path}: {getattr(error, 'strerror', None) or error}")
+    if os.name == "posix" and mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
+        parser.error(
+            f"--reviewer-token-file: {path} may be read or written by any user (or written by its group); "
+            f"restrict it (chmod 600 {shlex.quote(path)})"
+        )
+    if not token.startswith(REVIEWER_TOKEN_PREFIX) or len(token.split()) != 1:
+        parser.error(f"--reviewer-token-file: {path} must hold one reviewer token (hpr_...), nothing else")
+    return token
+
+
+def _reviewer_settings(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Mapping[str, str]
+) -> dict[str, str]:
+    path = args.reviewer_token_file or environ.get("HOLDPOINT_REVIEWER_TOKEN_FILE", "")
+    team = args.reviewer_team or environ.get("HOLDPOINT_REVIEWER_TEAM", "")
+    if not path and not team:
+        return {}
+    if not path:
+        parser.error("--reviewer-team needs a reviewer token: --reviewer-token-file FILE")
+    if not team:
+        parser.error("a reviewer token needs its team: --reviewer-team TEAM or $HOLDPOINT_REVIEWER_TEAM")
+    if TEAM_SLUG.fullmatch(team) is None:
+        parser.error("--reviewer-team: a team slug (letters, digits, - and _; up to 64)")
+    return {"reviewer_token": _reviewer_token_from_file(parser, path), "reviewer_team": team}
 
 
 def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> ProxyConfig:
@@ -139,6 +197,7 @@ def config_from_args(argv: Sequence[str] | None, environ: Mapping[str, str]) -> 
         settings["send_input"] = args.send_input
     if args.report_success:
         settings["report_success"] = args.report_success
+    settings.update(_reviewer_settings(parser, args, environ))
     return ProxyConfig(
         url=url,
         api_key=api_key,

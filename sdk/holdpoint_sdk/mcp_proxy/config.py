@@ -10,6 +10,8 @@ A config file (`--config FILE`, TOML when it ends in `.toml`, else JSON) looks l
     read_only = ["get_invoice", "search_customers"]   # pass straight through, no Holdpoint
     report_success = "after"   # a success is returned at once, its envelope posted in the
                                # background (its directive is always stop); "before": wait for it
+    elicit_timeout_s = 600     # with a reviewer token: how long a held call's form waits in the
+                               # client for an answer (then the hold is answered as without one)
 
     [tools.create_invoice]
     side_effects = true        # false: a timeout or an error cannot have written anything
@@ -34,7 +36,9 @@ from ..background import REPORT_SUCCESS_MODES, ReportSuccess
 
 SendInput = Literal["auto", "always", "never"]
 SEND_INPUT_CHOICES: tuple[SendInput, ...] = ("auto", "always", "never")
-_TOP_KEYS = frozenset({"hold_wait_s", "call_timeout_s", "send_input", "read_only", "tools", "report_success"})
+_TOP_KEYS = frozenset(
+    {"hold_wait_s", "call_timeout_s", "send_input", "read_only", "tools", "report_success", "elicit_timeout_s"}
+)
 _TOOL_KEYS = frozenset({"guarded", "side_effects", "verification_tool", "hold_wait_s", "timeout_s"})
 
 
@@ -65,6 +69,11 @@ class ProxyConfig:
     send_input: SendInput = "auto"
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
     report_success: ReportSuccess = "after"  # issue 29: successes reported in the background
+    # Deciding in the client (MCP elicitation): a reviewer token (`hpr_...`, read from a file,
+    # never an argument) and the team whose reviewer API it decides through.
+    reviewer_token: str | None = field(default=None, repr=False)
+    reviewer_team: str | None = None
+    elicit_timeout_s: float = 600.0
 
     def policy(self, tool: str) -> ToolPolicy:
         return self.tools.get(tool) or ToolPolicy()
@@ -118,6 +127,8 @@ def parse_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         if data["send_input"] not in SEND_INPUT_CHOICES:
             raise ConfigError(f"send_input: one of {', '.join(SEND_INPUT_CHOICES)}, got {data['send_input']!r}")
         out["send_input"] = data["send_input"]
+    if "elicit_timeout_s" in data:
+        out["elicit_timeout_s"] = _seconds(data["elicit_timeout_s"], "elicit_timeout_s", positive=True)
     if "report_success" in data:
         if data["report_success"] not in REPORT_SUCCESS_MODES:
             raise ConfigError(f"report_success: before or after, got {data['report_success']!r}")

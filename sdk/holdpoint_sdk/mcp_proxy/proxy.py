@@ -29,10 +29,12 @@ name), and
 4. answers the upstream's result with Holdpoint's directive added: under `holdpoint` in
    `structuredContent`, in `_meta["dev.holdpoint/directive"]`, and as one text line.
 
-A `hold` may be waited for (`hold_wait_s`): after an approval the proxy asks the gate again and
-the client receives the real result. A `verify` calls the tool's `verification_tool` upstream
-with the `operation_ref` and reports what it found. The proxy keeps no state of its own:
-everything it needs next time is in Holdpoint.
+A `hold` may be put to the client first (decide.py: a reviewer token configured and a client
+that declared form elicitation; once per tools/call): an approval there asks the gate again at
+once, a rejection closes the step. A `hold` may be waited for (`hold_wait_s`): after an
+approval the proxy asks the gate again and the client receives the real result. A `verify`
+calls the tool's `verification_tool` upstream with the `operation_ref` and reports what it
+found. The proxy keeps no state of its own: everything it needs next time is in Holdpoint.
 
 This module is the gate -> call -> report loop; the envelope and the failure a result stands
 for are built in `reports`, the answer the client receives in `answers`.
@@ -65,8 +67,18 @@ from ..errors import (
 from ..tracing import trace_context
 from ..types import Directive, Step, VerificationOutcome
 from .answers import call_answer, local_error, refused_answer
-from .calls import META, META_APPROVED, META_ATTEMPT, META_OPERATION_REF, META_RUN_ID, ToolCall, time_spent
+from .calls import (
+    CLIENT_ASK,
+    META,
+    META_APPROVED,
+    META_ATTEMPT,
+    META_OPERATION_REF,
+    META_RUN_ID,
+    ToolCall,
+    time_spent,
+)
 from .config import ProxyConfig
+from .decide import ClientReview
 from .names import ToolNames
 from .reports import (
     UPSTREAM_NAMED,
@@ -106,10 +118,17 @@ def _forwardable(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class HoldpointProxy:
     """The tools/call logic, given a Holdpoint client and the upstream connection."""
 
-    def __init__(self, config: ProxyConfig, holdpoint: AsyncHoldpoint, upstream: Upstream) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        holdpoint: AsyncHoldpoint,
+        upstream: Upstream,
+        review: ClientReview | None = None,
+    ) -> None:
         self.config = config
         self.holdpoint = holdpoint
         self.upstream = upstream
+        self.review = review  # None: no reviewer token, a hold is never put to the client
         # What the server answered about `input` (a v1 server refuses the field): a cache,
         # relearned after a restart, never state Holdpoint depends on.
         self.server_takes_input: bool | None = None
@@ -233,6 +252,11 @@ class HoldpointProxy:
                         step, directive = verified
                         if directive["action"] == "proceed":
                             continue  # not found, trusted: the gate grants another attempt
+                if directive["action"] == "hold":
+                    step, directive = await self._in_client(call, step, directive)
+                    if directive["action"] == "proceed":
+                        self._take_approved_input(call, directive)
+                        continue
                 if directive["action"] == "hold" and waited < hold_wait:
                     decided, spent = await self._wait(call, hold_wait - waited)
                     waited += spent
@@ -258,6 +282,11 @@ class HoldpointProxy:
                 verified = await self._verify(call, policy.verification_tool)
                 if verified is not None:
                     step, directive = verified
+            if reported and directive["action"] == "hold":
+                step, directive = await self._in_client(call, step, directive)
+                if directive["action"] == "proceed":
+                    self._take_approved_input(call, directive)
+                    continue
             if reported and directive["action"] == "hold" and waited < hold_wait:
                 decided, spent = await self._wait(call, hold_wait - waited)
                 waited += spent
@@ -268,6 +297,21 @@ class HoldpointProxy:
                     step, directive = decided, decided["directive"]
             return self._answer(call, result, failure, step, directive, reported=reported)
         return local_error(f"Holdpoint: step {call.operation_ref} did not settle; call again later.")
+
+    async def _in_client(
+        self, call: ToolCall, step: Step | None, directive: Directive
+    ) -> tuple[Step | None, Directive]:
+        """A hold put to the client's human, when a reviewer token is configured and the client
+        declared form elicitation (decide.py); the step and directive after their decision (or
+        another reviewer's meanwhile), or the ones given when the step did not move."""
+        ask = CLIENT_ASK.get()
+        if self.review is None or ask is None or call.asked_client:
+            return step, directive
+        call.asked_client = True
+        decided = await self.review.decide(ask, call)
+        if decided is None:
+            return step, directive
+        return decided, decided["directive"]
 
     def _take_approved_input(self, call: ToolCall, directive: Mapping[str, Any] | None) -> None:
         """After an approval with an edited input (contract v1.1), the approved input runs."""

@@ -21,7 +21,10 @@ from mcp.server.stdio import stdio_server
 from pydantic import BaseModel
 
 from .. import __version__
+from ..reviewer import AsyncReviewer
+from .calls import CLIENT_ASK
 from .config import ProxyConfig
+from .decide import ClientReview, session_ask
 from .http import LeanAsyncHoldpoint
 from .proxy import HoldpointProxy
 from .stdio import client_channel
@@ -44,7 +47,7 @@ _PASSED: dict[str, list[tuple[str, type[BaseModel]]]] = {
     "logging": [("logging/setLevel", types.SetLevelRequestParams)],
 }
 # Holdpoint's own variables are not the upstream's business.
-_PRIVATE_ENV = ("HOLDPOINT_API_KEY",)
+_PRIVATE_ENV = ("HOLDPOINT_API_KEY", "HOLDPOINT_REVIEWER_TOKEN_FILE")
 
 
 def build_server(proxy: HoldpointProxy, upstream: types.InitializeResult) -> tuple[Server[Any], InitializationOptions]:
@@ -57,6 +60,7 @@ def build_server(proxy: HoldpointProxy, upstream: types.InitializeResult) -> tup
         return await proxy.forward(ctx.method, ctx.params)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: BaseModel) -> dict[str, Any]:
+        CLIENT_ASK.set(session_ask(ctx.session))  # this handler's context only
         return await proxy.call_tool(ctx.params or {})
 
     for capability, methods in _PASSED.items():
@@ -118,8 +122,16 @@ async def serve(config: ProxyConfig) -> None:
     async with (
         connect_upstream(config) as (upstream, initialized),
         LeanAsyncHoldpoint(config.url, config.api_key, timeout=10.0) as holdpoint,
+        contextlib.AsyncExitStack() as stack,
     ):
-        proxy = HoldpointProxy(config, holdpoint, upstream)
+        review = None
+        if config.reviewer_token and config.reviewer_team:
+            # Its own client (httpx, its own connections): used only for calls held for approval.
+            review = ClientReview(
+                AsyncReviewer(config.url, config.reviewer_token), config.reviewer_team, config.elicit_timeout_s
+            )
+            stack.push_async_callback(review.aclose)
+        proxy = HoldpointProxy(config, holdpoint, upstream, review)
         server, options = build_server(proxy, initialized)
         logger.info(
             "holdpoint-mcp: guarding %s for run %s via %s", initialized.server_info.name, config.run_id, config.url

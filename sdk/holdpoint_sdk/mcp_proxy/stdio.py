@@ -18,7 +18,10 @@ the SDK, which knows those rules). Everything that is not a tools/call, and a
 exactly as `mcp.server.stdio.stdio_server` would hand it over. Like the SDK's dispatcher, the
 lane answers an error for an exception (MCPError as it is, invalid params as INVALID_PARAMS,
 anything else code 0), never answers a request its client cancelled, and answers
-CONNECTION_CLOSED to calls still running when the client goes.
+CONNECTION_CLOSED to calls still running when the client goes. A tools/call on the lane may put
+a form to the client (`elicitation/create`, decide.py) when the client's `initialize` declared
+form elicitation: the request goes out under an id of the lane's own, and its answer is taken
+from the client's lines before they reach the SDK's server.
 
 stdin and stdout are used as non-blocking pipes, without threads (an MCP client launches the
 proxy with pipes or a socket pair); on anything else (a terminal, a file) `client_channel`
@@ -49,10 +52,16 @@ from mcp_types import methods
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from .calls import CLIENT_ASK
+from .decide import form_capable
+
 logger = logging.getLogger("holdpoint_sdk.mcp_proxy")
 
 READ_CHUNK = 256 * 1024
 TOOLS_CALL = "tools/call"
+ELICIT = "elicitation/create"
+ASK_ID = "holdpoint-ask-"  # the ids of the lane's own requests to the client (never the SDK's)
+FORM_MODE_SINCE = "2025-11-25"  # the revision that added `mode` to elicitation/create
 
 CallTool = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -114,6 +123,9 @@ class ClientChannel:
         self._initialize_ids: set[types.RequestId] = set()
         self._calls: dict[types.RequestId, asyncio.Task[None]] = {}
         self._cancelled: set[types.RequestId] = set()  # by the client: never answered
+        self.elicits_form = False  # the client's initialize declared form elicitation
+        self._asked: dict[str, asyncio.Future[dict[str, Any]]] = {}  # our requests awaiting its answer
+        self._asks = 0
 
     @contextlib.asynccontextmanager
     async def streams(
@@ -148,12 +160,18 @@ class ClientChannel:
                         continue
                     if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
                         self._initialize_ids.add(coerce_request_id(message.id))
+                        capabilities = (message.params or {}).get("capabilities")
+                        if isinstance(capabilities, Mapping):
+                            self.elicits_form = form_capable(capabilities.get("elicitation"))
                     await to_server.send(SessionMessage(message))
         except anyio.ClosedResourceError:  # the server stopped reading
             pass
 
     def _took(self, line: str) -> bool:
-        """Whether the lane takes this line: a tools/call, or the cancellation of one it holds."""
+        """Whether the lane takes this line: a tools/call, the cancellation of one it holds, or
+        the client's answer to a form the lane asked."""
+        if self._asked and ASK_ID in line and self._took_answer(line):
+            return True
         if '"tools/call"' not in line and '"notifications/cancelled"' not in line:
             return False
         try:
@@ -190,12 +208,69 @@ class ClientChannel:
             return True
         return False
 
+    def _took_answer(self, line: str) -> bool:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or "method" in message:
+            return False
+        future = self._asked.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or not ("result" in message or "error" in message):
+            return False
+        if not future.done():
+            future.set_result(message)
+        return True
+
+    async def ask(self, message: str, schema: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+        """Put a form to the client (elicitation/create, form mode): its ElicitResult, or None
+        for an error, an invalid answer or none within `timeout` (then the request is cancelled)."""
+        version = self.version
+        assert version is not None
+        self._asks += 1
+        request_id = f"{ASK_ID}{self._asks}"
+        params: dict[str, Any] = {"message": message, "requestedSchema": schema}
+        if version >= FORM_MODE_SINCE:
+            params["mode"] = "form"
+        answered: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._asked[request_id] = answered
+        try:
+            self._send(_dumps({"jsonrpc": "2.0", "id": request_id, "method": ELICIT, "params": params}))
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
+            try:
+                async with asyncio.timeout(timeout):
+                    reply = await answered
+            except TimeoutError:
+                self._cancel_ask(request_id, f"no answer within {timeout:g}s")
+                return None
+            except asyncio.CancelledError:
+                self._cancel_ask(request_id, "the tool call ended")
+                raise
+        finally:
+            del self._asked[request_id]
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            logger.info("the client answered the form with an error: %s", reply.get("error"))
+            return None
+        try:
+            methods.validate_client_result(ELICIT, version, result)
+        except (ValidationError, KeyError, ValueError):
+            logger.warning("the client's answer to the form is not an ElicitResult; nothing is decided")
+            return None
+        return result
+
+    def _cancel_ask(self, request_id: str, reason: str) -> None:
+        params = {"requestId": request_id, "reason": reason}
+        self._send(_dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}))
+
     async def _answer(self, request_id: types.RequestId, key: types.RequestId, params: dict[str, Any] | None) -> None:
         version, call_tool = self.version, self.call_tool
         assert version is not None and call_tool is not None
         try:
             try:
                 methods.validate_client_request(TOOLS_CALL, version, params)
+                CLIENT_ASK.set(self.ask if self.elicits_form else None)  # this task's context only
                 result = await call_tool(params or {})
                 try:
                     shaped = methods.serialize_server_result(TOOLS_CALL, version, result)
