@@ -45,11 +45,13 @@ def groups_of(*, user: User, team: Team | int) -> frozenset[str]:
     )
 
 
-def may_decide(*, membership: Membership | None, held_for: str, user_groups: Iterable[str]) -> bool:
-    """May this member approve, reject or edit a step held for `held_for` ("": any reviewer)?"""
+def may_decide(*, membership: Membership | None, deciding_groups: Iterable[str], user_groups: Iterable[str]) -> bool:
+    """May this member approve, reject or edit a step those groups decide (Step.deciding_groups;
+    none: any reviewer)? No query: the caller has the user's groups."""
     if membership is None or not membership.can_decide:
         return False
-    return not held_for or held_for in user_groups
+    deciding = tuple(deciding_groups)
+    return not deciding or not set(deciding).isdisjoint(user_groups)
 
 
 @transaction.atomic

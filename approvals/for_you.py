@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Case, CharField, F, Q, QuerySet, When
 
+from accounts.groups import may_decide
 from accounts.models import GroupMembership, Membership
 from envelopes.models import Step
 from envelopes.states import State
@@ -41,7 +42,9 @@ def decidable_q(memberships: Iterable[Membership], groups: dict[int, frozenset[s
     for membership in memberships:
         if membership.can_decide:
             names = sorted(groups.get(membership.team_id, ()))
-            q |= Q(team_id=membership.team_id) & (Q(held_group="") | Q(held_group__in=names))
+            q |= Q(team_id=membership.team_id) & (
+                Q(held_group="") | Q(held_group__in=names) | Q(state=State.AWAITING_APPROVAL, escalated_to__in=names)
+            )
     return q
 
 
@@ -56,10 +59,11 @@ def for_you(memberships: list[Membership], groups: dict[int, frozenset[str]]) ->
 def mark_rows(rows: list[Step], memberships: list[Membership], groups: dict[int, frozenset[str]]) -> list[Step]:
     """Set `you_decide` on each shown step and put those first, the queue's order kept within
     each part (no query: the rows have their tool)."""
-    deciding = {m.team_id for m in memberships if m.can_decide}
+    deciding = {m.team_id: m for m in memberships if m.can_decide}
     for step in rows:
-        held_for = step.held_for
-        step.you_decide = step.team_id in deciding and (  # type: ignore[attr-defined]
-            not held_for or held_for in groups.get(step.team_id, frozenset())
+        step.you_decide = may_decide(  # type: ignore[attr-defined]
+            membership=deciding.get(step.team_id),
+            deciding_groups=step.deciding_groups,
+            user_groups=groups.get(step.team_id, frozenset()),
         )
     return sorted(rows, key=lambda step: not step.you_decide)  # type: ignore[attr-defined]

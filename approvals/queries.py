@@ -17,7 +17,7 @@ from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Cast, Coalesce, Left
 from django.utils.functional import cached_property
 
-from accounts.groups import GROUP_ACTIONS, groups_of
+from accounts.groups import GROUP_ACTIONS, groups_of, may_decide
 from accounts.models import Membership, Team
 from dashboard.shell import teams_of
 from envelopes.lifecycle import allowed_reviewer_actions
@@ -548,7 +548,10 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
             you_approved = you_approved or decision.reviewer_id == user.pk
     can_decide = bool(membership and membership.can_decide)
     held_for = step.held_for
-    in_group = not held_for or (can_decide and held_for in groups_of(user=user, team=step.team_id))
+    deciding = step.deciding_groups
+    in_group = not deciding or may_decide(
+        membership=membership, deciding_groups=deciding, user_groups=groups_of(user=user, team=step.team_id)
+    )
     # Outside the step's group: what the group keeps is not offered (an admin may still cancel).
     kept = (
         set()

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.groups import GROUP_ACTIONS, groups_of
+from accounts.groups import GROUP_ACTIONS, groups_of, may_decide
 from accounts.models import ApiKey, GroupMembership, Membership, Team
 from accounts.services import NewApiKey, api_key_create, api_keys_revoke
 from envelopes import policy_acts
@@ -110,14 +110,15 @@ def _require_reviewer(user: User, team: Team) -> Membership:
 
 
 def _require_group(*, membership: Membership, step: Step, action: str) -> None:
-    """Refuse a decision the step's group keeps (one query when the step has a group, none else)."""
-    group = step.held_for
-    if not group or action not in GROUP_ACTIONS:
+    """Refuse a decision the step's groups keep (one query when the step has a group, none else)."""
+    deciding = step.deciding_groups
+    if not deciding or action not in GROUP_ACTIONS:
         return
     if action == "cancel" and (membership.can_administer or step.state != State.AWAITING_APPROVAL):
         return
-    if group not in groups_of(user=membership.user, team=step.team_id):
-        raise GroupRequired(group)
+    user_groups = groups_of(user=membership.user, team=step.team_id)
+    if not may_decide(membership=membership, deciding_groups=deciding, user_groups=user_groups):
+        raise GroupRequired(" or ".join(deciding))
 
 
 @transaction.atomic
@@ -192,10 +193,10 @@ def step_decide(
         earlier = Decision.objects.filter(
             step=step, action="approve", decided_at__gte=step.approvals_count_since, input_fingerprint=fingerprint
         )
-        if step.held_for:  # only the group's members count (one subquery, not one per member)
+        if step.deciding_groups:  # only the groups' members count (one subquery, not one per member)
             earlier = earlier.filter(
                 reviewer__in=GroupMembership.objects.filter(
-                    group__team_id=step.team_id, group__name=step.held_for
+                    group__team_id=step.team_id, group__name__in=step.deciding_groups
                 ).values("user_id")
             )
         if earlier.filter(reviewer=actor).exists():

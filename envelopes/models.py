@@ -44,6 +44,10 @@ class Tool(models.Model):
     # The reviewer group that alone may approve, reject or edit its held steps ("": any reviewer;
     # contract §12). A rule's `approvers` (Step.approver_group) goes before it.
     approver_group = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # Escalation (contract §12): a step still waiting for approval escalate_after_s after it
+    # began may also be decided by the group escalate_to, which is notified. Both or neither.
+    escalate_after_s = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    escalate_to = models.CharField(max_length=40, blank=True, default="", db_default="")
     # What an expired request for approval becomes: cancelled (v1) or escalated (contract §12).
     on_approval_expiry = models.CharField(
         max_length=8, choices=[("cancel", "cancel"), ("escalate", "escalate")], default="cancel", db_default="cancel"
@@ -74,6 +78,11 @@ class Tool(models.Model):
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="tool_max_attempts_positive"),
             models.CheckConstraint(
                 condition=Q(on_approval_expiry__in=["cancel", "escalate"]), name="tool_on_approval_expiry_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(escalate_after_s__isnull=True, escalate_to="")
+                | (Q(escalate_after_s__gte=1) & ~Q(escalate_to="")),
+                name="tool_escalation_both_or_neither",
             ),
             models.CheckConstraint(
                 condition=Q(verification_deadline_s__gte=models.F("consistency_window_s")),
@@ -174,6 +183,11 @@ class Step(models.Model):
     # `policy`; policy.explain writes it).
     approvals_needed = models.PositiveSmallIntegerField(null=True, blank=True)
     approver_group = models.CharField(max_length=40, blank=True)
+    # Escalation of a request for approval (contract §12): due at escalation_due_at (set when the
+    # step starts waiting for approval, swept by beat), then escalated_to names the group that may
+    # also decide until the step leaves awaiting_approval.
+    escalation_due_at = models.DateTimeField(null=True, blank=True)
+    escalated_to = models.CharField(max_length=40, blank=True, default="", db_default="")
     policy = models.JSONField(null=True, blank=True)
     # The API key of the last call to the gate: a grant of scope `key` made from the step is its.
     last_key_id = models.BigIntegerField(null=True, blank=True)
@@ -238,6 +252,10 @@ class Step(models.Model):
             # The timer sweep (services.due_step_ids, step_fire_timer): steps whose due time has
             # come, a state's timer or an approval's lapse (Snapshot.due_at, the sooner of both).
             models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
+            # The escalation sweep (services.due_escalation_ids).
+            models.Index(
+                fields=["escalation_due_at"], name="step_escalation_due_idx", condition=Q(escalation_due_at__isnull=False)
+            ),
             # GET /steps?tool=&state= and the tool page.
             models.Index(fields=["team", "tool", "state"], name="step_team_tool_state_idx"),
             # GET /steps (cursor over created_at, id).
@@ -269,6 +287,16 @@ class Step(models.Model):
         hold's, else the tool's ("": any reviewer). Read from rows the step already has, so a
         check of who may decide is no query per group."""
         return self.approver_group or self.tool.approver_group
+
+    @property
+    def deciding_groups(self) -> tuple[str, ...]:
+        """The groups whose members may approve, reject or edit it (contract §12): the one it is
+        held for and, once escalated, the escalation's. Empty: any reviewer of the team."""
+        held_for = self.held_for
+        if not held_for:
+            return ()
+        widened = self.escalated_to if self.state == "awaiting_approval" else ""
+        return (held_for, widened) if widened and widened != held_for else (held_for,)
 
     @property
     def approvals_count_since(self) -> datetime:
