@@ -26,7 +26,7 @@ READERS: dict[str, list[str]] = {
     "bench": ["bench/**/*.py", "bench/run"],
 }
 # Read, but not Holdpoint's to document.
-NOT_OURS = {"PATH", "TMPDIR", "DJANGO_LIVE_TEST_SERVER_ADDRESS"}
+NOT_OURS = {"PATH", "TMPDIR", "DJANGO_LIVE_TEST_SERVER_ADDRESS", "PYTEST_XDIST_WORKER"}
 NOT_OURS_PREFIXES = ("UPSTREAM_",)  # tests/mcp's fake MCP upstream reads what its own test sets
 
 NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")

@@ -29,10 +29,11 @@ LIMIT = 20
 CALLS = 60
 
 
-def cache_choices() -> list[str]:
+def cache_choices() -> list[Any]:
     """The database table always; Redis too when the suite runs with a Redis cache (CI)."""
     url = settings.CACHES["default"].get("LOCATION", "")
-    return ["database", url] if str(url).startswith("redis") else ["database"]
+    # The id is the kind, not the URL: each pytest-xdist worker has a Redis database of its own.
+    return ["database", pytest.param(url, id="redis")] if str(url).startswith("redis") else ["database"]
 
 
 @pytest.mark.django_db(transaction=True)
