@@ -50,8 +50,7 @@ ACTION_HELP = {
     "approve": "The agent may make one attempt, with the input that asked for approval.",
     "reject": "Refuse the request: the step is cancelled and the agent must not write.",
     "mark_committed": "The write did happen: the step succeeds and is never retried.",
-    "permit_retry": "The write did not happen: the agent may try again. "
-    "If it did happen, a retry writes twice.",
+    "permit_retry": "The write did not happen: the agent may try again. If it did happen, a retry writes twice.",
     "cancel": "Stop the step: it is cancelled and the agent must not write.",
 }
 
@@ -521,6 +520,7 @@ class DecisionPanel:
     can_edit: bool = False  # "Edit and approve" is offered
     held_for: str = ""  # the group that alone approves, rejects or edits (contract §12)
     in_group: bool = True  # the user is in it (or the step has none)
+    deciders: str = ""  # the deciding groups in words: "finance", "finance or leads" once escalated
 
     @property
     def approvals_given(self) -> int:
@@ -582,6 +582,7 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
         can_edit=can_decide and in_group and "approve" in allowed and proposal is not None and proposal.editable,
         held_for=held_for,
         in_group=in_group,
+        deciders=" or ".join(deciding),
     )
 
 
@@ -595,7 +596,5 @@ def tool_held_steps(tool: Tool) -> QuerySet[Step]:
 
 def tool_circuit_history(tool: Tool, limit: int = 20) -> list[AuditEvent]:
     return list(
-        AuditEvent.objects.filter(chain=f"tool:{tool.pk}", kind=AuditEvent.Kind.CIRCUIT).order_by(
-            "-seq"
-        )[:limit]
+        AuditEvent.objects.filter(chain=f"tool:{tool.pk}", kind=AuditEvent.Kind.CIRCUIT).order_by("-seq")[:limit]
     )

@@ -95,10 +95,13 @@ class DecisionResult:
 
 class GroupRequired(PermissionError):
     """A decision on a step held for a group (contract §12) by someone outside it: every channel
-    answers it as role_required, naming `group`."""
+    answers it as role_required, naming `group` (the one it is held for; once escalated, the
+    message names the escalation's group too)."""
 
-    def __init__(self, group: str) -> None:
-        super().__init__(f"Only {group} may decide this step: it is held for the group {group}.")
+    def __init__(self, groups: tuple[str, ...]) -> None:
+        group, deciders = groups[0], " or ".join(groups)
+        escalated = f", escalated to {groups[1]}" if len(groups) > 1 else ""
+        super().__init__(f"Only {deciders} may decide this step: it is held for the group {group}{escalated}.")
         self.group = group
 
 
@@ -118,7 +121,7 @@ def _require_group(*, membership: Membership, step: Step, action: str) -> None:
         return
     user_groups = groups_of(user=membership.user, team=step.team_id)
     if not may_decide(membership=membership, deciding_groups=deciding, user_groups=user_groups):
-        raise GroupRequired(" or ".join(deciding))
+        raise GroupRequired(deciding)
 
 
 @transaction.atomic

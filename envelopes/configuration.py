@@ -26,7 +26,10 @@ TOOL_SETTINGS = {
     "strict_codes": bool,
     "approver_group": str,
     "on_approval_expiry": str,
+    "escalate_after_s": int,
+    "escalate_to": str,
 }
+NULLABLE_SETTINGS = frozenset({"escalate_after_s"})  # "" or "none" on the command line: not set
 QUORUM_MAX = 5  # required_approvals is 1..5 (contract §12)
 CODE_FIELDS = ("category", "retry_class", "next_action", "side_effect", "description", "hint")
 
@@ -55,6 +58,8 @@ def parse_setting(name: str, raw: str) -> Any:
         return raw.lower() == "true"
     if kind is str:
         return raw.strip()
+    if kind is int and name in NULLABLE_SETTINGS and raw.strip().lower() in ("", "none"):
+        return None
     if kind is int:
         try:
             return int(raw)
@@ -100,11 +105,13 @@ def tool_settings_problems(tool: Tool) -> list[str]:
         problems.append(f"required_approvals must be 1 to {QUORUM_MAX}")
     if tool.on_approval_expiry not in ("cancel", "escalate"):
         problems.append("on_approval_expiry must be cancel or escalate")
-    group = tool.approver_group
-    if not isinstance(group, str) or (group and not re.fullmatch(GROUP_NAME_RE, group)):
-        problems.append("approver_group must be a group name (a lowercase letter, then a-z, 0-9, '-') or empty")
-    elif group and not ReviewerGroup.objects.filter(team_id=tool.team_id, name=group).exists():
-        problems.append(f"approver_group names no group of the team: {group!r} (make it at /teams/<team>/groups/)")
+    problems += _group_problems(tool, "approver_group")
+    problems += _group_problems(tool, "escalate_to")
+    after = tool.escalate_after_s
+    if after is not None and (not isinstance(after, int) or isinstance(after, bool) or after < 1):
+        problems.append("escalate_after_s must be a whole number of seconds, at least 1")
+    elif (after is None) != (not tool.escalate_to):
+        problems.append("escalate_after_s and escalate_to go together: set both, or neither")
     if tool.max_attempts < 1:
         problems.append("max_attempts must be at least 1")
     if tool.verification_deadline_s < tool.consistency_window_s:
@@ -118,6 +125,16 @@ def tool_settings_problems(tool: Tool) -> list[str]:
     if not isinstance(keys, list) or not all(isinstance(k, str) and k.isidentifier() and len(k) <= 64 for k in keys):
         problems.append("safe_detail_keys must be a list of identifiers of at most 64 characters")
     return problems
+
+
+def _group_problems(tool: Tool, setting: str) -> list[str]:
+    """A setting that names one of the team's groups ("": none) must name one that exists."""
+    group = getattr(tool, setting)
+    if not isinstance(group, str) or (group and not re.fullmatch(GROUP_NAME_RE, group)):
+        return [f"{setting} must be a group name (a lowercase letter, then a-z, 0-9, '-') or empty"]
+    if group and not ReviewerGroup.objects.filter(team_id=tool.team_id, name=group).exists():
+        return [f"{setting} names no group of the team: {group!r} (make it at /teams/<team>/groups/)"]
+    return []
 
 
 @transaction.atomic

@@ -254,7 +254,9 @@ class Step(models.Model):
             models.Index(fields=["due_at"], name="step_due_idx", condition=Q(due_at__isnull=False)),
             # The escalation sweep (services.due_escalation_ids).
             models.Index(
-                fields=["escalation_due_at"], name="step_escalation_due_idx", condition=Q(escalation_due_at__isnull=False)
+                fields=["escalation_due_at"],
+                name="step_escalation_due_idx",
+                condition=Q(escalation_due_at__isnull=False),
             ),
             # GET /steps?tool=&state= and the tool page.
             models.Index(fields=["team", "tool", "state"], name="step_team_tool_state_idx"),
@@ -552,6 +554,7 @@ class AuditEvent(models.Model):
         CIRCUIT = "circuit"
         SETTINGS = "settings"  # a tool's recovery settings changed: who, and from what to what
         POLICY = "policy"  # a team's rules or grants changed (its "policy:<team>" chain, no tool)
+        ESCALATION = "escalation"  # a request for approval widened to its tool's escalate_to group
 
     # team leads audit_team_step_seq_idx: no lone index.
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)

@@ -16,7 +16,8 @@ from .retention import quarantine_purge
 @shared_task
 def sweep_due_steps() -> int:
     """Beat's sweep: fire every due timer (retry windows, verification deadlines, expiries,
-    approvals' lapses: one per step per call, the next one later) and close elapsed circuits.
+    approvals' lapses: one per step per call, the next one later), widen escalating requests for
+    approval, and close elapsed circuits.
     Each step is claimed with SKIP LOCKED, so sweepers never fire one timer twice."""
     fired = 0
     while True:
@@ -26,6 +27,13 @@ def sweep_due_steps() -> int:
         moved = sum(services.step_fire_timer(step_id=step_id) for step_id in due)
         fired += moved
         if len(due) < 500 or moved == 0:
+            break
+    # Requests for approval that waited their tool's escalate_after_s: their deciders widen.
+    while True:
+        due = services.due_escalation_ids(limit=500)
+        widened = sum(services.step_escalate_approvers(step_id=step_id) for step_id in due)
+        fired += widened
+        if len(due) < 500 or widened == 0:
             break
     services.due_tools_resume()
     return fired

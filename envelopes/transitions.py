@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, connection, models, transaction
@@ -35,7 +35,7 @@ from .events import Consumer, DomainEvent, Fold, consumers, event_emit, folder_o
 from .lifecycle import Outcome, Snapshot
 from .models import AuditEvent, Step, Tool
 from .presenters import step_representation
-from .states import HELD
+from .states import HELD, State
 from .step_context import StepContext, ToolUnknown, lock_step, mark_without_decisions, tool_auto_register
 from .tracing import step_trace_fill, transition_span_end, transition_span_start
 
@@ -62,7 +62,7 @@ class Plan:
     rows: list[models.Model] = field(default_factory=list)
     announce: list[tuple[str, Callable[[], dict[str, Any]]]] = field(default_factory=list)
     changed: bool = False  # something of the step row changed besides its timer column
-    due_at_changed: bool = False
+    timers_changed: bool = False  # only the swept timer columns (TIMER_COLUMNS) changed
     step_shape: dict[str, Any] | None = None  # the step as its state_changed event carried it
 
 
@@ -81,6 +81,24 @@ def copy_snapshot(step: Step, after: Snapshot) -> None:
     step.deadline = after.deadline
     step.expires_at = after.expires_at
     step.due_at = after.due_at
+
+
+# The columns beat's sweeps read (the step's next timer, its escalation): a stale one is
+# rewritten alone, with no change of the step to announce.
+TIMER_COLUMNS = ("due_at", "escalation_due_at")
+
+
+def _timers(step: Step) -> tuple[datetime | None, ...]:
+    return tuple(getattr(step, column) for column in TIMER_COLUMNS)
+
+
+def escalation_schedule(step: Step, now: datetime) -> None:
+    """A state entered: a request for approval of a tool that escalates is due to widen its
+    deciders escalate_after_s from now (contract §12); any other state owes no escalation."""
+    after, group = step.tool.escalate_after_s, step.tool.escalate_to
+    waits = step.state == State.AWAITING_APPROVAL and after is not None and group
+    step.escalation_due_at = now + timedelta(seconds=after) if waits and after is not None else None
+    step.escalated_to = ""
 
 
 def record(
@@ -184,8 +202,8 @@ def event_plan(
             step.tool = tool
         before = step.snapshot()
         outcome = _advance(step, before, event, now, policy)
+    timers = _timers(step)
     own = links(step) if links is not None else []  # the caller's links see the step as it was
-    due_at = step.due_at
     copy_snapshot(step, outcome.after)
     filled = False
     if not step.correlation_id and correlation_id:
@@ -195,14 +213,14 @@ def event_plan(
     filled = (actor == AGENT and step_trace_fill(step)) or filled
     plan = Plan(step=step, outcome=outcome, cause=cause, now=now, created=created)
     plan.audit_events = [*own, *record(step, before, outcome, actor=actor, cause=cause, now=now, data=data)]
+    if created or before.state != outcome.after.state:
+        escalation_schedule(step, now)
     plan.changed = created or bool(plan.audit_events) or filled or outcome.after != before
-    plan.due_at_changed = step.due_at != due_at
+    plan.timers_changed = _timers(step) != timers
     return plan
 
 
-def _advance(
-    step: Step | None, before: Snapshot, event: lifecycle.Event | None, now: datetime, policy: Any
-) -> Outcome:
+def _advance(step: Step | None, before: Snapshot, event: lifecycle.Event | None, now: datetime, policy: Any) -> Outcome:
     """The machine's answer to `event` (None: no act), or to the event the team's rules make of
     it (§11: the gate's deny or hold of a call the machine would grant)."""
     if event is None:
@@ -242,8 +260,8 @@ def plan_write(plan: Plan) -> dict[str, Any] | None:
                 row.save(force_insert=True)
         if write:
             step.save(force_insert=step._state.adding)
-        elif plan.due_at_changed:
-            step.save(update_fields=["due_at"])  # a stale timer column: no change of the step to announce
+        elif plan.timers_changed:
+            step.save(update_fields=TIMER_COLUMNS)  # a stale timer column: no change of the step to announce
         for link in plan.audit_events:
             link.save(force_insert=True)
         shape = None
@@ -256,8 +274,8 @@ def plan_write(plan: Plan) -> dict[str, Any] | None:
     statements = []
     if write:
         statements.append(modelsql.insert(step) if step._state.adding else modelsql.update(step))
-    elif plan.due_at_changed:
-        statements.append(modelsql.update(step, ("due_at",)))
+    elif plan.timers_changed:
+        statements.append(modelsql.update(step, TIMER_COLUMNS))
     statements += [modelsql.insert(row) for row in rows]
     folds: list[Fold] = []
     called: list[tuple[Consumer, dict[str, Any]]] = []

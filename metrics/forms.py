@@ -19,9 +19,7 @@ RETRY_CLASS_OF_ACTION = {
 
 class ErrorCodeForm(forms.Form):
     code = forms.CharField(max_length=64, validators=[RegexValidator(CODE_RE, "UPPER_SNAKE_CASE, 2 to 64 characters.")])
-    scope = forms.ChoiceField(
-        choices=[("tool", "This tool"), ("team", "Every tool of the team")], initial="tool"
-    )
+    scope = forms.ChoiceField(choices=[("tool", "This tool"), ("team", "Every tool of the team")], initial="tool")
     category = forms.ChoiceField(choices=ErrorCode.Category.choices)
     retry_class = forms.ChoiceField(choices=ErrorCode.RetryClass.choices)
     next_action = forms.ChoiceField(choices=ErrorCode.NextAction.choices)
@@ -75,6 +73,16 @@ class ToolSettingsForm(forms.Form):
         label="Approver group",
         help_text="Only this group's members approve, reject or edit (empty: any reviewer).",
     )
+    escalate_after_s = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=30 * 86400,
+        label="Escalate after (s)",
+        help_text="A request for approval still waiting this long may also be decided by the group below.",
+    )
+    escalate_to = forms.CharField(
+        required=False, max_length=40, label="Escalate to group", help_text="Its members are notified (@group:NAME)."
+    )
     max_attempts = forms.IntegerField(min_value=1, max_value=1000, label="Attempts at most")
     consistency_window_s = forms.IntegerField(min_value=0, max_value=7 * 86400, label="Consistency window (s)")
     verification_deadline_s = forms.IntegerField(min_value=0, max_value=30 * 86400, label="Verification deadline (s)")
@@ -90,6 +98,9 @@ class ToolSettingsForm(forms.Form):
 
     def clean_approver_group(self) -> str:
         return str(self.cleaned_data["approver_group"]).strip()
+
+    def clean_escalate_to(self) -> str:
+        return str(self.cleaned_data["escalate_to"]).strip()
 
     def clean_safe_detail_keys(self) -> list[str]:
         return [key.strip() for key in self.cleaned_data["safe_detail_keys"].split(",") if key.strip()]

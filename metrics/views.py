@@ -48,6 +48,8 @@ SETTINGS_SHOWN = (
     ("side_effects", "Writes (side effects)"),
     ("required_approvals", "Approvals required"),
     ("approver_group", "Approver group"),
+    ("escalate_after_s", "Escalate after (s)"),
+    ("escalate_to", "Escalate to group"),
     ("on_approval_expiry", "An expired request for approval"),
     ("max_attempts", "Attempts at most"),
     ("consistency_window_s", "Consistency window (s)"),
@@ -114,8 +116,7 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
         "now": now,
         "metrics": metrics,
         "share_below_target": (
-            metrics["documented_code_share"] is not None
-            and metrics["documented_code_share"] < DOCUMENTED_SHARE_TARGET
+            metrics["documented_code_share"] is not None and metrics["documented_code_share"] < DOCUMENTED_SHARE_TARGET
         ),
         "target": DOCUMENTED_SHARE_TARGET,
         "charts": tool_charts(series),
@@ -135,9 +136,7 @@ def tool_page(request: HtmxHttpRequest, tool: str) -> HttpResponse:
     return response
 
 
-def _codes_context(
-    tool: Tool, counts: HourCounts, can_administer: bool, editing: str, adding: bool
-) -> dict[str, Any]:
+def _codes_context(tool: Tool, counts: HourCounts, can_administer: bool, editing: str, adding: bool) -> dict[str, Any]:
     """The catalog panels; an admin gets a "Document it" button per undocumented code, the form
     of the one entry named by `?edit=<id>`, and the new-entry form with `?add=1` (a form with
     its select widgets costs more to render than the rest of the page)."""

@@ -27,6 +27,9 @@ ENTERED = {
     "escalated": "step.escalated",
 }
 EXPIRY_WARNING_MAX = timedelta(hours=1)
+# The core's event for a request for approval its tool's escalate_after_s widened (contract §12).
+APPROVERS_ESCALATED = "step.approvers_escalated"
+GROUP_TARGET = "@group:"  # an email channel for one group's members (services.target_clean)
 
 
 def expiry_warning_at(*, entered_at: datetime, expires_at: datetime) -> datetime:
@@ -66,6 +69,8 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
     """Write the notices (and watches) an event calls for; returns how many notices."""
     if event_type == "tool.halted":
         return _halt_notices(team_id=team_id, data=data)
+    if event_type == APPROVERS_ESCALATED and step_id is not None:
+        return _escalation_notices(team_id=team_id, data=data, step_id=step_id)
     if event_type != "step.state_changed" or step_id is None:
         return 0
     step_data = data.get("step") or {}
@@ -83,7 +88,13 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
         return 0
     now = timezone.now()
     channels, announced = _announce(
-        team_id=team_id, event=event, step_id=step_id, tool=tool, entered_at=entered_at, now=now
+        team_id=team_id,
+        event=event,
+        step_id=step_id,
+        tool=tool,
+        entered_at=entered_at,
+        now=now,
+        group=step_data.get("approver_group") or "",
     )
     if not channels:
         return 0
@@ -106,11 +117,47 @@ def event_consume(*, team_id: int, event_type: str, data: dict[str, Any], step_i
 Announced = tuple[list[Channel], list[Channel]]  # the channels that follow the tool; those told
 
 
-def _announce(*, team_id: int, event: str, step_id: int, tool: str, entered_at: datetime, now: datetime) -> Announced:
+def _escalation_notices(*, team_id: int, data: dict[str, Any], step_id: int) -> int:
+    """A request for approval escalated to a group: announced to that group's channels alone,
+    as a request for approval of the same entry (one announcement per channel and entry)."""
+    step_data, group = data.get("step") or {}, str(data.get("group") or "")
+    entered_at = _moment(data.get("entered_at"))
+    if entered_at is None or not group:
+        return 0
+    now = timezone.now()
+    _, announced = _announce(
+        team_id=team_id,
+        event=ENTERED["awaiting_approval"],
+        step_id=step_id,
+        tool=step_data.get("tool") or "",
+        entered_at=entered_at,
+        now=now,
+        group=group,
+        only_group=True,
+        data={"escalated_to": group, "after_s": data.get("after_s")},
+    )
+    _enqueue_if_sendable(announced, now)
+    return len(announced)
+
+
+def _announce(
+    *,
+    team_id: int,
+    event: str,
+    step_id: int,
+    tool: str,
+    entered_at: datetime,
+    now: datetime,
+    group: str = "",
+    only_group: bool = False,
+    data: dict[str, Any] | None = None,
+) -> Announced:
     """Read the team's channels that follow the tool and write a notice for each that wants the
     event: one statement on PostgreSQL (this runs inside every transition that holds a step, so
     a team with channels pays one statement, as a team without them does for the read alone);
-    on SQLite, which has no writing WITH query, the same two parts one after the other."""
+    on SQLite, which has no writing WITH query, the same two parts one after the other. A
+    channel for a group (`@group:NAME`) follows only the steps that group decides (`group`);
+    `only_group`: only that group's channels."""
     params = {
         "team": team_id,
         "tool": tool,
@@ -118,8 +165,10 @@ def _announce(*, team_id: int, event: str, step_id: int, tool: str, entered_at: 
         "step": step_id,
         "entered": _prep("entered_at", entered_at),
         "now": _prep("created_at", now),
-        "data": _prep("data", {}),
+        "data": _prep("data", data or {}),
         "status": Notice.Status.PENDING.value,
+        "group_target": GROUP_TARGET + group if group else "",
+        "only_group": only_group,
     }
     statements = _announce_sql(connection.vendor)
     *writes, read = statements
@@ -153,10 +202,15 @@ def _announce_sql(vendor: str) -> tuple[str, ...]:
     empty, holds = JSON_LIST[vendor]
     wants_event = holds.format(column="events", value="%(event)s")
     follows_tool = f"{empty.format(column='tools')} OR {holds.format(column='tools', value='%(tool)s')}"
+    # A group's channel follows its group's steps only; with only_group, only it follows.
+    follows_group = (
+        f"(substr(target, 1, {len(GROUP_TARGET)}) <> '{GROUP_TARGET}' AND NOT %(only_group)s) "
+        "OR target = %(group_target)s"
+    )
     chosen = (
         "SELECT id, team_id, events, remind_after_s, escalate_to_id, escalate_after_s, window_ends_at, "  # noqa: S608 (no values)
         f"{wants_event} AS wants_event FROM notifications_channel "
-        f"WHERE team_id = %(team)s AND disabled_at IS NULL AND ({follows_tool}) ORDER BY id"
+        f"WHERE team_id = %(team)s AND disabled_at IS NULL AND ({follows_tool}) AND ({follows_group}) ORDER BY id"
     )
     insert = (
         "INSERT INTO notifications_notice "

@@ -153,6 +153,7 @@ class StepFacts:
     proposal: str | None
     url: str
     escalated_from: str | None = None
+    escalated_to: str | None = None  # the group a request for approval widened to (contract §12)
     step_id: int | None = None
     etag: str = ""  # the step's ETag when the message was built (§10's Approve decides with it)
     proposal_facts: ProposalFacts | None = None  # the whole proposal, for Slack's Approve
@@ -174,6 +175,7 @@ class StepFacts:
             "proposal": self.proposal,
             "url": self.url,
             "escalated_from": self.escalated_from,
+            "escalated_to": self.escalated_to,
             "policy": self.policy,
         }
 
@@ -258,6 +260,7 @@ def step_facts(notice: Notice, *, now: datetime) -> StepFacts:
         # The step page, from HOLDPOINT_BASE_URL now (not the URL stored with the event).
         url=f"{base_url()}/steps/{notice.step_id}/",
         escalated_from=notice.escalated_from.label if notice.escalated_from_id and notice.escalated_from else None,
+        escalated_to=(notice.data or {}).get("escalated_to") or None,
         step_id=notice.step.pk,
         etag=f'"{notice.step.pk}.{notice.step.version}"',
         proposal_facts=proposal_facts(step),
@@ -477,6 +480,8 @@ def _step_blocks(facts: StepFacts, team: str = "") -> list[Block]:
         lines.append(f"policy: {facts.policy}")
     if facts.escalated_from:
         lines.append(f"escalated from: {facts.escalated_from}")
+    if facts.escalated_to:
+        lines.append(f"escalated to: {facts.escalated_to} (its members may decide it now)")
     if facts.safe_details:
         lines.append("safe_details: " + ", ".join(f"{k}={v}" for k, v in facts.safe_details.items()))
     proposal, *buttons = step_decision_blocks(

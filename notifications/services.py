@@ -18,13 +18,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.groups import GroupError, group_exists, group_name_check
 from accounts.models import Team
 from envelopes.models import TOOL_NAME_RE, Step, Tool
 from outbound import ssrf
 from outbound.signing import secret_generate
 
 from . import content as contents
-from .consumer import ENTERED, watch_next_due
+from .consumer import ENTERED, GROUP_TARGET, watch_next_due
 from .models import EVENTS, MAX_REMINDERS, Channel, Message, Notice, SlackLink, Watch
 
 REVIEWERS = "@reviewers"
@@ -69,9 +70,17 @@ def target_clean(kind: str, target: str) -> str:
     if kind == Channel.Kind.EMAIL:
         if target == REVIEWERS:
             return target
+        if target.startswith(GROUP_TARGET):
+            try:
+                group_name_check(target.removeprefix(GROUP_TARGET), field="target")
+            except GroupError as error:
+                raise ChannelInvalid("target", f"{GROUP_TARGET}NAME names a reviewer group: {error}") from error
+            return target
         addresses = [address.strip() for address in target.split(",") if address.strip()]
         if not addresses or len(addresses) > MAX_ADDRESSES:
-            raise ChannelInvalid("target", f"1 to {MAX_ADDRESSES} comma-separated addresses, or {REVIEWERS}")
+            raise ChannelInvalid(
+                "target", f"1 to {MAX_ADDRESSES} comma-separated addresses, {REVIEWERS} or {GROUP_TARGET}NAME"
+            )
         for address in addresses:
             try:
                 validate_email(address)
@@ -132,12 +141,15 @@ def channel_create(
         raise ChannelInvalid("escalate_to", "no such channel in this team")
     if (escalate_to is None) != (escalate_after_s is None):
         raise ChannelInvalid("escalate_after_s", "escalation needs both a channel and escalate_after_s")
+    target = target_clean(kind, target)
+    if target.startswith(GROUP_TARGET) and not group_exists(team=team, name=target.removeprefix(GROUP_TARGET)):
+        raise ChannelInvalid("target", f"{target} names no group of the team (make it at /teams/{team.slug}/groups/)")
     secret = secret_generate() if kind == Channel.Kind.WEBHOOK else ""
     channel = Channel.objects.create(
         team=team,
         kind=kind,
         name=name.strip()[:100],
-        target=target_clean(kind, target),
+        target=target,
         events=events_clean(events),
         tools=tools_clean(tools),
         batch_window_s=60 if batch_window_s is None else _bounded("batch_window_s", batch_window_s, 0, MAX_WINDOW_S),
@@ -179,6 +191,18 @@ def channel_secret_rotate(*, channel: Channel) -> str:
 # --- messages ------------------------------------------------------------------------------------
 
 
+def group_addresses(team_id: int, group: str) -> list[str]:
+    """The email addresses of a group's members who still decide in the team."""
+    users = get_user_model().objects.filter(
+        group_memberships__group__team_id=team_id,
+        group_memberships__group__name=group,
+        memberships__team_id=team_id,
+        memberships__role__in=["reviewer", "admin"],
+        is_active=True,
+    )
+    return sorted({email for email in users.values_list("email", flat=True) if email})
+
+
 def reviewer_addresses(team_id: int) -> list[str]:
     """The email addresses of the team's reviewers and admins."""
     users = get_user_model().objects.filter(
@@ -194,6 +218,8 @@ def message_build(*, channel: Channel, content: contents.Content, now: datetime)
     if channel.kind == Channel.Kind.EMAIL:
         if channel.target == REVIEWERS:
             recipients = reviewer_addresses(channel.team_id)
+        elif channel.target.startswith(GROUP_TARGET):
+            recipients = group_addresses(channel.team_id, channel.target.removeprefix(GROUP_TARGET))
         else:
             recipients = [address.strip() for address in channel.target.split(",") if address.strip()]
     elif channel.kind == Channel.Kind.SLACK:

@@ -29,6 +29,8 @@ from .models import OutboxMessage, WebhookEndpoint
 DELIVERY_TASK = "webhooks.tasks.deliver_due_messages"
 # The queued task claims every message committed before it starts: a burst of events rings once.
 DELIVERY_PENDING_SECONDS = 30
+# The event types a webhook carries (contract §5); the core's other events are for its consumers.
+WEBHOOK_TYPES = frozenset({"step.state_changed", "step.decided", "tool.halted", "tool.resumed"})
 
 
 def event_emit(
@@ -44,11 +46,14 @@ def event_emit(
     transaction commits, a delivery task is enqueued to cut the wait; the beat sweep delivers
     the messages anyway if that enqueue is lost. In a request the enqueue waits until the
     response is sent (envelopes.after_response)."""
+    if event_type not in WEBHOOK_TYPES:
+        return 0
     if callable(data):
         if not WebhookEndpoint.objects.filter(team_id=team_id, active=True).exists():
             return 0  # no body is built for a team that has nowhere to send it
         data = data()
     fold = event_fold(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
+    assert fold is not None  # a webhook type
     queued = _run(fold)
     fold.written(queued)
     return queued
@@ -122,10 +127,12 @@ def _statement(
     return sql, params
 
 
-def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None) -> Fold:
+def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None) -> Fold | None:
     """`event_emit`'s work as its one INSERT (`envelopes.events.Fold`), which the core's
     PostgreSQL writer runs inside the statement that writes the event, and `event_emit` runs
-    on its own: the same messages either way."""
+    on its own: the same messages either way. None for an event no webhook carries."""
+    if event_type not in WEBHOOK_TYPES:
+        return None
     sql, params = _statement(team_id=team_id, event_type=event_type, data=data, step_id=step_id)
     return Fold(*modelsql.positional(sql, params), written=_queued)
 

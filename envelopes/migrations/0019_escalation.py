@@ -15,6 +15,22 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterField(
+            model_name="auditevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("transition", "Transition"),
+                    ("refusal", "Refusal"),
+                    ("decision", "Decision"),
+                    ("circuit", "Circuit"),
+                    ("settings", "Settings"),
+                    ("policy", "Policy"),
+                    ("escalation", "Escalation"),
+                ],
+                max_length=16,
+            ),
+        ),
         migrations.AddField(
             model_name='step',
             name='escalated_to',

@@ -24,8 +24,10 @@ from .ingest import (
 from .policy_holds import hold_act
 from .steps import (
     StepAnswer,
+    due_escalation_ids,
     due_step_ids,
     step_decision_apply,
+    step_escalate_approvers,
     step_fire_timer,
     step_lock_for_decision,
     verification_report,
@@ -39,6 +41,7 @@ __all__ = [
     "StepAnswer",
     "attempt_event",
     "attempt_request",
+    "due_escalation_ids",
     "due_step_ids",
     "due_tools_resume",
     "envelope_build",
@@ -47,6 +50,7 @@ __all__ = [
     "envelope_quarantine",
     "hold_act",
     "step_decision_apply",
+    "step_escalate_approvers",
     "step_fire_timer",
     "step_lock_for_decision",
     "tool_resume",

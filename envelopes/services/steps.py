@@ -21,6 +21,7 @@ from ..presenters import decision_representation, decisions_prefetch, step_repre
 from ..receipts import decision_sign
 from ..redaction import redact_json
 from ..rfc3339 import rfc3339
+from ..states import State
 from ..transitions import AGENT, SYSTEM, apply_event
 
 
@@ -108,6 +109,73 @@ def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
 def due_step_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
     now = now or timezone.now()
     return list(Step.objects.due(now).order_by("due_at").values_list("pk", flat=True)[:limit])
+
+
+ESCALATED = "step.approvers_escalated"  # a domain event for the notifications, not a §5 webhook
+
+
+def step_escalate_approvers(*, step_id: int, now: datetime | None = None) -> bool:
+    """Widen who may decide a request for approval that waited its tool's escalate_after_s
+    (contract §12): the tool's escalate_to group may now decide it too, and its channels are told.
+    Nothing is decided by time. True when it widened the step."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        step = (
+            Step.objects.select_related("tool")
+            .select_for_update(of=("self",), skip_locked=True)
+            .filter(pk=step_id, escalation_due_at__lte=now)
+            .first()
+        )
+        if step is None:
+            return False  # not due, gone, or another sweeper has it
+        group, after = step.tool.escalate_to, step.tool.escalate_after_s
+        widens = step.state == State.AWAITING_APPROVAL and bool(group)
+
+        def widened(locked: Step) -> list[AuditEvent]:
+            locked.escalation_due_at = None
+            if not widens:
+                return []  # a stale column (the tool stopped escalating): only it is rewritten
+            locked.escalated_to = group
+            return [
+                audit_link(
+                    holder=locked,
+                    kind=AuditEvent.Kind.ESCALATION,
+                    actor=SYSTEM,
+                    before=locked.state,
+                    after=locked.state,
+                    reason="approvers_escalated",
+                    data={"group": group, "after_s": after},
+                    now=now,
+                )
+            ]
+
+        apply_event(
+            step=step,
+            event=None,
+            actor=SYSTEM,
+            cause="escalation",
+            now=now,
+            links=widened,
+            announce=lambda plan: [(ESCALATED, lambda: escalation_data(step, group, after))] if widens else [],
+        )
+    return widens
+
+
+def escalation_data(step: Step, group: str, after: int | None) -> dict[str, Any]:
+    """The escalation event's body: the step, the group, and the entry it widened (its notices
+    are of that entry)."""
+    return {
+        "step": step_representation(step),
+        "group": group,
+        "after_s": after,
+        "entered_at": rfc3339(step.state_entered_at),
+    }
+
+
+def due_escalation_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
+    now = now or timezone.now()
+    due = Step.objects.filter(escalation_due_at__lte=now).order_by("escalation_due_at")
+    return list(due.values_list("pk", flat=True)[:limit])
 
 
 # --- reviewer acts (called by approvals.services) ---------------------------------------------

@@ -21,7 +21,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--target",
             required=True,
-            help="email: comma-separated addresses or @reviewers; slack: its incoming-webhook URL; webhook: a URL",
+            help="email: comma-separated addresses, @reviewers or @group:NAME; "
+            "slack: its incoming-webhook URL; webhook: a URL",
         )
         parser.add_argument("--events", help=f"comma-separated, among {', '.join(EVENTS)} (default: the first four)")
         parser.add_argument("--tools", help="comma-separated tool names (default: every tool)")
