@@ -75,16 +75,22 @@ def verification_report(
 # --- timers ------------------------------------------------------------------------------------
 
 
+def _claim_due(step_id: int, **due: datetime) -> Step | None:
+    """The step, locked, if it is still due; None when it is not, is gone, or another sweeper
+    has it (SKIP LOCKED: sweepers never fire one timer twice)."""
+    return (
+        Step.objects.select_related("tool")
+        .select_for_update(of=("self",), skip_locked=True)
+        .filter(pk=step_id, **due)
+        .first()
+    )
+
+
 def step_fire_timer(*, step_id: int, now: datetime | None = None) -> bool:
     """Fire the due timer of one step, if it is still due. True when it moved the step."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = (
-            Step.objects.select_related("tool")
-            .select_for_update(of=("self",), skip_locked=True)
-            .filter(pk=step_id, due_at__lte=now)
-            .first()
-        )
+        step = _claim_due(step_id, due_at__lte=now)
         if step is None:
             return False  # not due, gone, or another sweeper has it
         # One timer per call: the approval's lapse first, else the state's (Snapshot.due_timer).
@@ -120,12 +126,7 @@ def step_escalate_approvers(*, step_id: int, now: datetime | None = None) -> boo
     Nothing is decided by time. True when it widened the step."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = (
-            Step.objects.select_related("tool")
-            .select_for_update(of=("self",), skip_locked=True)
-            .filter(pk=step_id, escalation_due_at__lte=now)
-            .first()
-        )
+        step = _claim_due(step_id, escalation_due_at__lte=now)
         if step is None:
             return False  # not due, gone, or another sweeper has it
         group, after = step.tool.escalate_to, step.tool.escalate_after_s

@@ -20,6 +20,7 @@ from notifications.content import content_build
 from notifications.models import Notice
 from notifications.services import ChannelInvalid, channel_create, message_build
 from tests.approvals.conftest import approval_envelope, post_envelope
+from tests.approvals.test_who_decides import _decide
 from tests.conftest import logged_in
 from tests.reviewers.conftest import token_for
 from tests.test_commands_shell import manage
@@ -49,19 +50,6 @@ def _escalating_step(agent, team, ref: str = "run_3/wire_1", after_s: int = 600)
         actor="test",
     )
     return post_envelope(agent, approval_envelope(operation_ref=ref))
-
-
-def _decide(client, step: Step, action: str, reason: str = "") -> Any:  # type: ignore[no-untyped-def]
-    step.refresh_from_db()
-    return client.post(
-        f"/steps/{step.pk}/decide",
-        {
-            "action": action,
-            "reason": reason,
-            "expected_state": step.state,
-            "expected_since": step.state_entered_at.isoformat(),
-        },
-    )
 
 
 def test_after_escalate_after_s_the_group_may_decide_too_and_nothing_is_approved(agent, team, people) -> None:
