@@ -1,19 +1,22 @@
 """Who decides, in two real browsers (contract §12): an admin puts fay in finance on the groups
-page (htmx); fay, in finance, approves a finance step; rita, outside it, sees it read-only."""
+page (htmx); fay, in finance, approves a finance step; rita, outside it, sees it read-only; a
+request escalated to the on-call group is approved there."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
-from accounts.groups import group_create
+from accounts.groups import group_create, group_member_add
 from accounts.models import Team
 from envelopes.configuration import tool_configure
 from envelopes.models import Step
+from envelopes.tasks import sweep_due_steps
 from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.browser.conftest import Watched, log_in
 from tests.conftest import AgentClient
@@ -59,3 +62,33 @@ def test_finance_approves_and_everyone_else_sees_the_step_read_only(
     assert Step.objects.get(pk=step.pk).state == "retry_ready"
     reviewer = step.decisions.get().reviewer
     assert reviewer is not None and reviewer.username == "fay"
+
+
+def test_a_request_escalated_to_the_on_call_group_is_approved_there(
+    open_page: OpenPage, make_reviewer: Any, team: Team, agent: AgentClient
+) -> None:
+    group_member_add(team=team, name="finance", user=make_reviewer("fay", "reviewer"))
+    group_member_add(team=team, name="on-call", user=make_reviewer("lena", "reviewer"))
+    tool_configure(
+        team=team,
+        name="charge_card",
+        settings={"approver_group": "finance", "escalate_after_s": 1, "escalate_to": "on-call"},
+        actor="test",
+    )
+    step = post_envelope(agent, approval_envelope(operation_ref="run_8/wire_20000"))
+
+    lena = open_page().page
+    log_in(lena, "lena")
+    lena.goto(f"/steps/{step.pk}/")
+    expect(lena.locator("#held-for")).to_contain_text("Only finance may approve or reject this step")
+    expect(lena.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+
+    time.sleep(1.1)  # finance did not answer within escalate_after_s; beat's sweep runs
+    assert sweep_due_steps() == 1
+    lena.reload()
+    expect(lena.locator("#escalated-to")).to_have_text("escalated to on-call")
+    lena.get_by_label("Reason").fill("On call: the supplier confirmed by phone.")
+    lena.get_by_role("button", name="Approve", exact=True).click()
+    expect(lena.locator("#decision-feedback")).to_contain_text("Approved.")
+    step.refresh_from_db()
+    assert (step.state, step.decisions.get().reviewer.username) == ("retry_ready", "lena")  # type: ignore[union-attr]
