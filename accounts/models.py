@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 # What full_clean lets a team's slug be (a SlugField of 64): other text names no team, and a
@@ -82,6 +83,12 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.LOCAL)
+    # Delegation (contract §12, accounts.away): away while away_until is in the future; the
+    # delegate, a reviewer or admin of the same team, then decides "for" this member.
+    away_until = models.DateTimeField(null=True, blank=True)
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="delegated_memberships"
+    )
 
     class Meta:
         db_table = "approvals_membership"
@@ -89,6 +96,11 @@ class Membership(models.Model):
             models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
             models.CheckConstraint(condition=Q(role__in=["viewer", "reviewer", "admin"]), name="membership_role_valid"),
             models.CheckConstraint(condition=Q(source__in=["local", "claim"]), name="membership_source_valid"),
+            # Nobody stands in for themselves, and a delegate is named only for a time away.
+            models.CheckConstraint(condition=~Q(delegate=F("user")), name="membership_delegate_not_self"),
+            models.CheckConstraint(
+                condition=Q(delegate__isnull=True) | Q(away_until__isnull=False), name="membership_delegate_when_away"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -101,6 +113,9 @@ class Membership(models.Model):
     @property
     def can_administer(self) -> bool:
         return self.role == self.Role.ADMIN
+
+    def is_away(self, now: datetime) -> bool:
+        return self.away_until is not None and self.away_until > now
 
 
 class OidcIdentity(models.Model):

@@ -8,21 +8,19 @@ from collections.abc import Iterable
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Case, CharField, F, Q, QuerySet, When
+from django.utils import timezone
 
+from accounts.away import groups_with_stand_ins
 from accounts.groups import may_decide
-from accounts.models import GroupMembership, Membership
+from accounts.models import Membership
 from envelopes.models import Step
 from envelopes.states import State
 
 
 def user_groups(user: User | AnonymousUser) -> dict[int, frozenset[str]]:
-    """The user's group names per team id, in one query."""
-    if not user.is_authenticated:
-        return {}
-    found: dict[int, set[str]] = {}
-    for team_id, name in GroupMembership.objects.filter(user=user).values_list("group__team_id", "group__name"):
-        found.setdefault(team_id, set()).add(name)
-    return {team_id: frozenset(names) for team_id, names in found.items()}
+    """The group names the user decides in per team id, in one query: their own, and those of
+    the away members they are the delegate of (contract §12 "Delegation", accounts.away)."""
+    return groups_with_stand_ins(user, timezone.now())
 
 
 def with_held_group(steps: QuerySet[Step]) -> QuerySet[Step]:

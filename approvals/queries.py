@@ -15,8 +15,10 @@ from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast, Coalesce, Left
+from django.utils import timezone
 from django.utils.functional import cached_property
 
+from accounts.away import stand_ins_for
 from accounts.groups import GROUP_ACTIONS, groups_of, may_decide
 from accounts.models import Membership, Team
 from dashboard.shell import teams_of
@@ -519,8 +521,9 @@ class DecisionPanel:
     edits: list[EditedApproval] = field(default_factory=list)
     can_edit: bool = False  # "Edit and approve" is offered
     held_for: str = ""  # the group that alone approves, rejects or edits (contract §12)
-    in_group: bool = True  # the user is in it (or the step has none)
+    in_group: bool = True  # the user is in it (or the step has none), or decides for an away member in it
     deciders: str = ""  # the deciding groups in words: "finance", "finance or leads" once escalated
+    decides_for: str = ""  # the away member the user decides for, outside the group (contract §12)
 
     @property
     def approvals_given(self) -> int:
@@ -535,23 +538,27 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
     if "approve" in allowed:
         approvals = (
             Decision.objects.filter(step=step, action="approve", decided_at__gte=step.approvals_count_since)
-            .select_related("reviewer")
+            .select_related("reviewer", "on_behalf_of")
             .order_by("decided_at", "id")
         )
         for decision in approvals:
             if decision.edited and decision.edited_input is not None:
                 edits.setdefault(decision.input_fingerprint, []).append(decision)
                 continue
-            name = decision.decider
+            name = decision.decider_in_words  # "bob for alice" when a delegate approved
             if name not in approvers:
                 approvers.append(name)
-            you_approved = you_approved or decision.reviewer_id == user.pk
+            you_approved = you_approved or user.pk in (decision.reviewer_id, decision.on_behalf_of_id)
     can_decide = bool(membership and membership.can_decide)
     held_for = step.held_for
     deciding = step.deciding_groups
     in_group = not deciding or may_decide(
         membership=membership, deciding_groups=deciding, user_groups=groups_of(user=user, team=step.team_id)
     )
+    decides_for = ""
+    if not in_group and can_decide:  # a delegate decides for an away member of the group (§12)
+        stand_ins = stand_ins_for(user=user, team_id=step.team_id, deciding_groups=deciding, now=timezone.now())
+        in_group, decides_for = bool(stand_ins), stand_ins[0].get_username() if stand_ins else ""
     # Outside the step's group: what the group keeps is not offered (an admin may still cancel).
     kept = (
         set()
@@ -568,8 +575,8 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
         edited_input = decisions[0].edited_input
         assert edited_input is not None
         changes, more = input_changes(proposal.input if proposal else None, edited_input)
-        names = list(dict.fromkeys(decision.decider for decision in decisions))
-        you = any(decision.reviewer_id == user.pk for decision in decisions)
+        names = list(dict.fromkeys(decision.decider_in_words for decision in decisions))
+        you = any(user.pk in (decision.reviewer_id, decision.on_behalf_of_id) for decision in decisions)
         pending.append(EditedApproval(fingerprint, edited_input, names, you, changes, more))
     return DecisionPanel(
         step=step,
@@ -583,6 +590,7 @@ def decision_panel(step: Step, membership: Membership | None, user: User, propos
         held_for=held_for,
         in_group=in_group,
         deciders=" or ".join(deciding),
+        decides_for=decides_for,
     )
 
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from accounts.away import stand_ins_for
 from accounts.groups import GROUP_ACTIONS, groups_of, may_decide
 from accounts.models import ApiKey, GroupMembership, Membership, Team
 from accounts.services import NewApiKey, api_key_create, api_keys_revoke
@@ -28,6 +30,7 @@ from policy.errors import GrantRefused
 from policy.services import grant_create
 from policy.words import grant_when_from_input
 
+from . import quorum
 from .models import CancelAllRequest
 
 logger = logging.getLogger(__name__)
@@ -174,7 +177,15 @@ def step_decide(
             f"Already decided: the step is now {step.state.replace('_', ' ')} ({step.reason}).",
             already_decided=True,
         )
-    _require_group(membership=membership, step=step, action=action)
+    try:
+        _require_group(membership=membership, step=step, action=action)
+        stand_ins: list[User] = []
+    except GroupRequired:
+        # Delegation (§12): outside the step's groups, one decides for an away member in them.
+        stand_ins = stand_ins_for(user=actor, team_id=step.team_id, deciding_groups=step.deciding_groups, now=now)
+        if not stand_ins:
+            raise
+    on_behalf_of = stand_ins[0] if stand_ins else None
     username = actor.get_username()
     approvals_so_far = 0
     fingerprint, edited = "", False
@@ -196,17 +207,23 @@ def step_decide(
         earlier = Decision.objects.filter(
             step=step, action="approve", decided_at__gte=step.approvals_count_since, input_fingerprint=fingerprint
         )
-        if step.deciding_groups:  # only the groups' members count (one subquery, not one per member)
-            earlier = earlier.filter(
-                reviewer__in=GroupMembership.objects.filter(
-                    group__team_id=step.team_id, group__name__in=step.deciding_groups
-                ).values("user_id")
-            )
-        if earlier.filter(reviewer=actor).exists():
+        if step.deciding_groups:  # only the groups' members count, or approvals for one (one subquery)
+            members = GroupMembership.objects.filter(
+                group__team_id=step.team_id, group__name__in=step.deciding_groups
+            ).values("user_id")
+            earlier = earlier.filter(Q(reviewer__in=members) | Q(on_behalf_of__in=members))
+        counted = list(earlier.values_list("reviewer_id", "on_behalf_of_id"))
+        # A person counts once towards the quorum, as themselves or for someone (approvals.quorum).
+        counting = quorum.first_counting(counted, actor.pk, [u.pk for u in stand_ins] or [None])
+        if counting is None:
             raise DecisionRefused(
-                "You already approved this input; a second reviewer must approve it.", already_decided=True
+                "You already approved this input"
+                + (f" (for {on_behalf_of.get_username()})" if on_behalf_of is not None else "")
+                + "; a second reviewer must approve it.",
+                already_decided=True,
             )
-        approvals_so_far = earlier.values("reviewer").distinct().count() + 1
+        on_behalf_of = next((u for u in stand_ins if u.pk == counting[1]), None)
+        approvals_so_far = quorum.approvals_counted(counted) + 1
         approved_input = _approved_input(step, edited_input if edited else None)
         denied = policy_acts.review_denial(team=team, step=step, input=approved_input, now=now)
         if denied.effect is not None:
@@ -223,6 +240,7 @@ def step_decide(
         step=step,
         reviewer=actor,
         decided_by=username,
+        on_behalf_of=on_behalf_of,
         action=action,
         reason=reason,
         decided_at=now,

@@ -154,7 +154,7 @@ def _sources(step: Step) -> list[tuple[Source, QuerySet[Any]]]:
     return [
         (ENVELOPES, step.envelopes.all()),
         (ATTEMPTS, step.attempt_set.defer("input")),  # the input is the proposal's, read once by the page
-        (DECISIONS, Decision.objects.filter(step=step).select_related("reviewer")),
+        (DECISIONS, Decision.objects.filter(step=step).select_related("reviewer", "on_behalf_of")),
         (AUDIT, step.audit_events.exclude(kind=AuditEvent.Kind.DECISION)),
         (
             CIRCUIT,

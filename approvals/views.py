@@ -22,6 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
+from accounts.away import away_in_teams
 from accounts.models import ApiKey, Membership
 from dashboard.once import ShownOnce, once_claim, once_token
 from dashboard.shell import (
@@ -128,6 +129,7 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
         "deciding_team_ids": {m.team_id for m in memberships if m.can_decide},
         "step_queues": step_queues,
         "halted_tools": halted_tools,
+        "away": away_in_teams(team_ids, now),  # contract §12: the queues say who is away
         "quarantine": list(quarantine[:20]),
         "quarantine_total": queries.capped_count(quarantine),
         "choices": queries.filter_choices(teams),

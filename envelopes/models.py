@@ -367,6 +367,10 @@ class Decision(models.Model):
     )
     # Who decided: the reviewer's username, "rule:<name>@v<version>" or "grant:<id>".
     decided_by = models.CharField(max_length=200, blank=True)
+    # The away member a delegate decided for (contract §12 "Delegation"): "bob for alice".
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
     action = models.CharField(max_length=20, choices=Action.choices)
     reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(default=timezone.now)
@@ -412,6 +416,13 @@ class Decision(models.Model):
     def decider(self) -> str:
         """Who decided, in words: the reviewer's username, or the rule's or grant's name."""
         return self.reviewer.get_username() if self.reviewer is not None else self.decided_by
+
+    @property
+    def decider_in_words(self) -> str:
+        """The decider, and whom a delegate decided for: "bob for alice"."""
+        if self.on_behalf_of is None:
+            return self.decider
+        return f"{self.decider} for {self.on_behalf_of.get_username()}"
 
 
 class ProposedInput(models.Model):

@@ -170,6 +170,10 @@ STEP_SCHEMA: dict[str, Any] = {
                             "grant": {"type": ["object", "null"]},
                         },
                     },
+                    "on_behalf_of": {
+                        "type": ["string", "null"],
+                        "description": "The away member a delegate decided for (v1.2, §12), or null.",
+                    },
                     "receipt": RECEIPT,
                 },
             },

@@ -43,7 +43,7 @@ def step_url(step: Step) -> str:
 
 def decisions_prefetch() -> Prefetch:
     """A list of steps' decisions with their reviewers, in one query."""
-    return Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
+    return Prefetch("decisions", queryset=Decision.objects.select_related("reviewer", "on_behalf_of"))
 
 
 def _edited_binding(step: Step, decisions: list[Decision]) -> Decision | None:
@@ -105,6 +105,8 @@ def decision_representation(decision: Decision) -> dict[str, Any]:
         "action": decision.action,
         "reviewer": decision_reviewer(decision),
         "decided_by": decided_by_representation(decision),
+        # The away member a delegate decided for (§12 "Delegation"), by username; else null.
+        "on_behalf_of": decision.on_behalf_of.get_username() if decision.on_behalf_of is not None else None,
         "reason": decision.reason,
         "decided_at": rfc3339(decision.decided_at),
         "input_fingerprint": decision.input_fingerprint or None,  # "" when none

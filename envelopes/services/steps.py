@@ -222,6 +222,8 @@ def step_decision_apply(
     link: dict[str, Any] = {"reason": decision.reason, **(policy_data or {})}
     if action == "approve":
         link |= {"input_fingerprint": fingerprint, "edited": edited}
+    if getattr(decision, "on_behalf_of_id", None):  # a delegate decided for an away member (§12)
+        link["on_behalf_of"] = decision.on_behalf_of.get_username()
     # Every decision is signed here, the one path they all take; its link carries the receipt, so
     # the chain covers it and the audit export can be checked against the JWKS (§13).
     link["receipt"] = decision_sign(step=step, decision=decision, actor=actor)

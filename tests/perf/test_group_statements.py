@@ -24,7 +24,9 @@ pytestmark = pytest.mark.django_db
 GROUPS, MEMBERS = 50, 20
 # The statements on PostgreSQL (issue 26 point 8), with the 50 groups as with one: a change here
 # is a change of cost to explain.
-PINNED_POSTGRESQL = {"gate": 5, "queue": 22, "nav": 11, "step": 25, "decision": 15}
+# Delegation (§12) added one to the queue page (who is away, for all teams at once) and took one
+# from a decision (the earlier approvals' persons read once, not checked and then counted).
+PINNED_POSTGRESQL = {"gate": 5, "queue": 23, "nav": 11, "step": 25, "decision": 14}
 
 
 def _grow(team: Team) -> None:
