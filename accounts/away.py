@@ -92,6 +92,16 @@ def away_user_ids(team: Team | int, now: datetime) -> QuerySet[Membership, int]:
     return Membership.objects.filter(away_now_q(now), team_id=team_id).values_list("user_id", flat=True)
 
 
+def stand_in_ids(team: Team | int, group: str, now: datetime) -> QuerySet[Membership, int]:
+    """The delegates of the group's members away at `now`: a subquery for the group's
+    recipients (they decide for those members meanwhile)."""
+    team_id = team if isinstance(team, int) else team.pk
+    away_members = GroupMembership.objects.filter(group__team_id=team_id, group__name=group).values("user_id")
+    return Membership.objects.filter(
+        away_now_q(now), team_id=team_id, user_id__in=away_members, delegate__isnull=False
+    ).values_list("delegate_id", flat=True)
+
+
 def away_in_teams(team_ids: list[int], now: datetime) -> list[Membership]:
     """Who is away in these teams, with their delegates, for the queues' line (one query)."""
     return list(
@@ -135,3 +145,18 @@ def stand_ins_for(*, user: User, team_id: int, deciding_groups: tuple[str, ...],
             )
         )
     return [m.user for m in members.select_related("user").order_by("user__username")]
+
+
+def delegate_choices(*, user: User, team_ids: list[int]) -> dict[int, list[str]]:
+    """Per team, the usernames `user` may name their delegate: the other reviewers and admins
+    (one query for all the teams)."""
+    found: dict[int, list[str]] = {team_id: [] for team_id in team_ids}
+    rows = (
+        Membership.objects.filter(team_id__in=team_ids, role__in=DECIDERS)
+        .exclude(user_id=user.pk)
+        .order_by("user__username")
+        .values_list("team_id", "user__username")
+    )
+    for team_id, username in rows:
+        found[team_id].append(username)
+    return found

@@ -9,6 +9,8 @@ id by typing it in, and a link is made only by the user it will act as."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -16,24 +18,28 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.shell import dashboard_login_required, memberships_of, page_render
 
+from .account_away import away_forms
 from .models import SlackLink
 from .services import SlackLinkRefused, slack_link_create, slack_link_delete
 from .slack import link_token_read
 
 
-def _page(request: HttpRequest) -> HttpResponse:
+def account_page_render(request: HttpRequest, *, away_bound: Any = None, status: int = 200) -> HttpResponse:
     token = request.GET.get("slack", "")
     pending = link_token_read(token) if token else None
+    memberships = memberships_of(request.user)
     response = page_render(
         request,
         "notifications/account.html",
         {
-            "memberships": memberships_of(request.user),
+            "memberships": memberships,
+            "away_forms": away_forms(request.user, memberships, away_bound),  # type: ignore[arg-type]
             "slack_links": SlackLink.objects.for_user(request.user).order_by("slack_team_id"),  # type: ignore[arg-type]
             "pending": pending,
             "token": token if pending else "",
             "bad_token": bool(token) and pending is None,
         },
+        status=status,
     )
     response["Cache-Control"] = "no-store"
     # The link token goes to no other site (same-origin: "no-referrer" would make the form's
@@ -45,7 +51,7 @@ def _page(request: HttpRequest) -> HttpResponse:
 @dashboard_login_required
 @require_GET
 def account_page(request: HttpRequest) -> HttpResponse:
-    return _page(request)
+    return account_page_render(request)
 
 
 @dashboard_login_required

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.away import away_user_ids, stand_in_ids
 from accounts.groups import GroupError, group_exists, group_name_check
 from accounts.models import Team
 from envelopes.models import TOOL_NAME_RE, Step, Tool
@@ -191,23 +192,28 @@ def channel_secret_rotate(*, channel: Channel) -> str:
 # --- messages ------------------------------------------------------------------------------------
 
 
-def group_addresses(team_id: int, group: str) -> list[str]:
-    """The email addresses of a group's members who still decide in the team."""
-    users = get_user_model().objects.filter(
-        group_memberships__group__team_id=team_id,
-        group_memberships__group__name=group,
-        memberships__team_id=team_id,
-        memberships__role__in=["reviewer", "admin"],
-        is_active=True,
+def group_addresses(team_id: int, group: str, now: datetime | None = None) -> list[str]:
+    """The email addresses of a group's members who still decide in the team; those away are
+    left out and their delegates put in (contract §12: the delegate decides for them)."""
+    now = now or timezone.now()
+    users = (
+        get_user_model()
+        .objects.filter(memberships__team_id=team_id, memberships__role__in=["reviewer", "admin"], is_active=True)
+        .filter(
+            Q(group_memberships__group__team_id=team_id, group_memberships__group__name=group)
+            | Q(pk__in=stand_in_ids(team_id, group, now))
+        )
+        .exclude(pk__in=away_user_ids(team_id, now))
     )
     return sorted({email for email in users.values_list("email", flat=True) if email})
 
 
-def reviewer_addresses(team_id: int) -> list[str]:
-    """The email addresses of the team's reviewers and admins."""
+def reviewer_addresses(team_id: int, now: datetime | None = None) -> list[str]:
+    """The email addresses of the team's reviewers and admins, but those away (contract §12:
+    an away reviewer is not notified; their delegate, a reviewer too, is)."""
     users = get_user_model().objects.filter(
         memberships__team_id=team_id, memberships__role__in=["reviewer", "admin"], is_active=True
-    )
+    ).exclude(pk__in=away_user_ids(team_id, now or timezone.now()))
     return sorted({email for email in users.values_list("email", flat=True) if email})
 
 
@@ -217,9 +223,9 @@ def message_build(*, channel: Channel, content: contents.Content, now: datetime)
     recipients: list[str] = []
     if channel.kind == Channel.Kind.EMAIL:
         if channel.target == REVIEWERS:
-            recipients = reviewer_addresses(channel.team_id)
+            recipients = reviewer_addresses(channel.team_id, now)
         elif channel.target.startswith(GROUP_TARGET):
-            recipients = group_addresses(channel.team_id, channel.target.removeprefix(GROUP_TARGET))
+            recipients = group_addresses(channel.team_id, channel.target.removeprefix(GROUP_TARGET), now)
         else:
             recipients = [address.strip() for address in channel.target.split(",") if address.strip()]
     elif channel.kind == Channel.Kind.SLACK:

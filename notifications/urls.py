@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import account, slack, views
+from . import account, account_away, slack, views
 
 app_name = "notifications"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     # Contract §10: Slack's buttons, and the account page where a Slack member is linked.
     path("integrations/slack/actions", slack.slack_actions, name="slack-actions"),
     path("account/", account.account_page, name="account"),
+    path("account/away/<str:team>", account_away.away_view, name="away"),
     path("account/slack/link", account.slack_link_view, name="slack-link"),
     path("account/slack/<int:pk>/unlink", account.slack_unlink_view, name="slack-unlink"),
 ]

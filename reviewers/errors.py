@@ -53,3 +53,12 @@ class DecisionInvalid(HoldpointError):
 
 class AdminRequired(HoldpointError):
     status, code, title = 403, "role_required", "Only admins of this team may export its audit log"
+
+
+class AwayInvalid(HoldpointError):
+    """An away setting that breaks a rule (contract §12 "Delegation"): `errors` names the field."""
+
+    status, code, title = 422, "away_invalid", "The away setting breaks a rule"
+
+    def __init__(self, detail: str, *, field: str, rule: str) -> None:
+        super().__init__(detail, errors=[{"field": field, "rule": rule}])

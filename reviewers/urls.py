@@ -3,12 +3,13 @@ config/urls.py, before the API's catch-all 404."""
 
 from django.urls import URLPattern, URLResolver, path
 
-from . import api, audit_api, views
+from . import api, audit_api, away_api, views
 
 app_name = "reviewers"
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/teams/<str:team>/queue", api.TeamQueueApi.as_view(), name="queue"),
+    path("api/v1/teams/<str:team>/away", away_api.TeamAwayApi.as_view(), name="away"),
     path("api/v1/teams/<str:team>/audit", audit_api.TeamAuditExportApi.as_view(), name="audit-export"),
     # Before steps/<path:ref>: a path converter would take "/decisions" into the ref.
     path("api/v1/teams/<str:team>/steps/<path:ref>/decisions", api.StepDecisionApi.as_view(), name="decide"),
