@@ -1,4 +1,4 @@
-"""The reviewer API in the OpenAPI document: its three paths, the reviewer token scheme, every
+"""The reviewer API in the OpenAPI document: its paths (the away setting too), the reviewer token scheme, every
 answer of §10 and the examples."""
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ def test_the_reviewer_paths_are_documented_with_the_reviewer_token(openapi_docum
         ("/api/v1/teams/{team}/queue", "get"),
         ("/api/v1/teams/{team}/steps/{ref}", "get"),
         (DECIDE, "post"),
+        ("/api/v1/teams/{team}/away", "get"),
+        ("/api/v1/teams/{team}/away", "put"),
+        ("/api/v1/teams/{team}/away", "delete"),
     ]:
         assert path in paths, sorted(paths)
         assert paths[path][method]["security"] == [{"ReviewerToken": []}]
@@ -48,3 +51,12 @@ def test_the_decision_documents_each_answer_of_section_10_with_examples(openapi_
     ]
     assert body["properties"]["action"]
     assert set(body["properties"]) == {"action", "reason", "input", "grant"}
+
+
+def test_the_away_setting_documents_its_fields_and_refusals(openapi_document: dict[str, Any]) -> None:
+    put = openapi_document["paths"]["/api/v1/teams/{team}/away"]["put"]
+    body = put["requestBody"]["content"]["application/json"]["schema"]
+    name = body["$ref"].rsplit("/", 1)[-1]
+    assert set(openapi_document["components"]["schemas"][name]["properties"]) == {"until", "delegate"}
+    assert "application/problem+json" in put["responses"]["422"]["content"]
+    assert "delegate" in put["responses"]["422"]["description"]
