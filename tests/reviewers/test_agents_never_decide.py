@@ -69,6 +69,7 @@ def test_every_api_endpoint_is_an_agent_or_a_reviewer_endpoint() -> None:
     reviewer = sorted(route for route, which in sides.items() if which == "reviewer")
     assert reviewer == [
         "api/v1/teams/<str:team>/audit",
+        "api/v1/teams/<str:team>/away",
         "api/v1/teams/<str:team>/grants",
         "api/v1/teams/<str:team>/grants/<int:pk>",
         "api/v1/teams/<str:team>/queue",

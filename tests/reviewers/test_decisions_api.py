@@ -47,6 +47,7 @@ def test_an_approval_with_the_current_etag_is_201_with_the_decision_and_the_step
         "action": "approve",
         "reviewer": "rita",
         "decided_by": {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None},
+        "on_behalf_of": None,  # §12: the away member a delegate decided for
         "reason": "within budget",
         "decided_at": body["decision"]["decided_at"],
         "input_fingerprint": body["decision"]["input_fingerprint"],

@@ -103,7 +103,7 @@ def test_a_decision_sends_step_decided_with_the_decision(
     [decided] = of_type(events, "step.decided")
     assert decided["step"]["state"] == "retry_ready"
     decision = decided["decision"]
-    # §5's fields, and (v1.2, §11) who decided: a reviewer, or a rule or grant.
+    # §5's fields, (v1.2, §11) who decided: a reviewer, or a rule or grant, and (§12) for whom.
     assert set(decision) == {
         "action",
         "reviewer",
@@ -112,8 +112,10 @@ def test_a_decision_sends_step_decided_with_the_decision(
         "input_fingerprint",
         "edited",
         "decided_by",
+        "on_behalf_of",
         "receipt",
     }
+    assert decision["on_behalf_of"] is None  # rita decided as herself
     assert len(decision["receipt"].split(".")) == 3  # §13: a compact JWS (its claims: tests/evidence)
     assert (decision["action"], decision["reviewer"]) == ("approve", "rita")
     assert decision["decided_by"] == {"kind": "reviewer", "reviewer": "rita", "rule": None, "grant": None}
