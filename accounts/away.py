@@ -117,16 +117,16 @@ def groups_with_stand_ins(user: User | AnonymousUser, now: datetime) -> dict[int
     member of the union decides a step exactly when they or one of those members may."""
     if not user.is_authenticated:
         return {}
-    stands_in = Membership.objects.filter(
-        away_now_q(now),
-        delegate_id=user.pk,
-        role__in=DECIDERS,
-        user_id=OuterRef("user_id"),
-        team_id=OuterRef("group__team_id"),
+    away_for = Membership.objects.filter(away_now_q(now), delegate_id=user.pk, role__in=DECIDERS)
+    # The away member's groups in the team they are away from only: one member, one team.
+    same_team = away_for.filter(user_id=OuterRef("user_id"), team_id=OuterRef("group__team_id"))
+    own = GroupMembership.objects.filter(user_id=user.pk).values_list("group__team_id", "group__name")
+    theirs = (
+        GroupMembership.objects.filter(user_id__in=away_for.values("user_id"))
+        .filter(Exists(same_team))
+        .values_list("group__team_id", "group__name")
     )
-    rows = GroupMembership.objects.filter(Q(user_id=user.pk) | Exists(stands_in)).values_list(
-        "group__team_id", "group__name"
-    )
+    rows = own.union(theirs)  # one statement; each side served by the user and delegate indexes
     found: dict[int, set[str]] = {}
     for team_id, name in rows:
         found.setdefault(team_id, set()).add(name)

@@ -80,3 +80,22 @@ def test_the_database_refuses_a_delegate_for_oneself(people: dict[str, Any], tea
         Membership.objects.filter(pk=membership.pk).update(
             away_until=timezone.now() + timedelta(days=1), delegate=people["alice"]
         )
+
+
+def test_a_delegate_decides_in_the_away_members_groups_of_that_team_only(
+    people: dict[str, Any], team: Any, other_team: Any
+) -> None:
+    from accounts.away import groups_with_stand_ins
+    from accounts.groups import group_member_add
+
+    alice, bob = people["alice"], people["bob"]
+    Membership.objects.create(user=alice, team=other_team, role="reviewer")
+    Membership.objects.create(user=bob, team=other_team, role="reviewer")
+    group_member_add(team=team, name="finance", user=alice)
+    group_member_add(team=other_team, name="finance", user=alice)  # away from acme only
+    group_member_add(team=team, name="ops", user=bob)
+    now = timezone.now()
+    assert groups_with_stand_ins(bob, now) == {team.pk: frozenset({"ops"})}
+    away_set(user=alice, team=team, until=now + timedelta(days=1), delegate="bob", now=now)
+    assert groups_with_stand_ins(bob, now) == {team.pk: frozenset({"ops", "finance"})}
+    assert groups_with_stand_ins(bob, now + timedelta(days=2)) == {team.pk: frozenset({"ops"})}  # back by itself
