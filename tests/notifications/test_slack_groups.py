@@ -1,13 +1,17 @@
 """Slack's Approve on a step held for a group (contract §12): a linked reviewer outside the group
 is told "only finance may decide this" and nothing is decided; a member of it approves. Payloads
-signed as Slack signs them (tests/notifications/test_slack_actions.py)."""
+signed as Slack signs them (tests/notifications/test_slack_actions.py). A delegate's Approve
+decides for the away member (§12 "Delegation")."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from accounts.away import away_set
 from accounts.groups import group_create, group_member_add
 from accounts.models import Team
 from envelopes.configuration import tool_configure
@@ -52,3 +56,17 @@ def test_a_member_of_the_group_approves_from_slack(
     held.refresh_from_db()
     assert held.state == "retry_ready"
     assert Decision.objects.get().reviewer == fay
+
+
+def test_a_delegate_approves_from_slack_for_the_away_member(
+    team: Team, finance_tool: None, held: Step, slack: SlackReceiver, receiver: Receiver, make_reviewer: Any
+) -> None:
+    alice = make_reviewer("alice", "reviewer")
+    group_member_add(team=team, name="finance", user=alice)
+    link(make_reviewer("bob", "reviewer"), "U0BOB")
+    away_set(user=alice, team=team, until=timezone.now() + timedelta(days=1), delegate="bob")
+    assert post(press(approve_value(slack), "U0BOB", receiver.url())).status_code == 200
+    held.refresh_from_db()
+    assert held.state == "retry_ready"
+    decision = Decision.objects.get()
+    assert (decision.reviewer.username, decision.on_behalf_of) == ("bob", alice)  # type: ignore[union-attr]
