@@ -211,9 +211,11 @@ def group_addresses(team_id: int, group: str, now: datetime | None = None) -> li
 def reviewer_addresses(team_id: int, now: datetime | None = None) -> list[str]:
     """The email addresses of the team's reviewers and admins, but those away (contract §12:
     an away reviewer is not notified; their delegate, a reviewer too, is)."""
-    users = get_user_model().objects.filter(
-        memberships__team_id=team_id, memberships__role__in=["reviewer", "admin"], is_active=True
-    ).exclude(pk__in=away_user_ids(team_id, now or timezone.now()))
+    users = (
+        get_user_model()
+        .objects.filter(memberships__team_id=team_id, memberships__role__in=["reviewer", "admin"], is_active=True)
+        .exclude(pk__in=away_user_ids(team_id, now or timezone.now()))
+    )
     return sorted({email for email in users.values_list("email", flat=True) if email})
 
 
