@@ -42,6 +42,7 @@ from telemetry.traceparent import trace_url
 
 from . import for_you, inputs, queries, timeline
 from .forms import AGE_CHOICES, ApiKeyCreateForm, DecisionForm, QueueFilterForm, ToolCancelHeldForm, ToolResumeForm
+from .panel import decision_panel
 from .services import (
     DecisionRefused,
     DecisionResult,
@@ -226,7 +227,7 @@ def _step_context(
         "multi_team": len(memberships_of(request.user)) > 1,
         "envelope": envelope,
         "envelope_suspicious": bool(envelope and "suspicious_text" in (envelope.flags or [])),
-        "panel": queries.decision_panel(step, membership, request.user, proposal),  # type: ignore[arg-type]
+        "panel": decision_panel(step, membership, request.user, proposal),  # type: ignore[arg-type]
         "page": page,
         "timeline": page.entries,
         # The latest events poll for changes; a page of older events (?before=) stands still.
