@@ -37,6 +37,7 @@ REVIEWER_ROUTES = {
     "rules:api-rules": Route("/api/v1/teams/{team}/rules", (), "reviewer"),
     "rules:api-grants": Route("/api/v1/teams/{team}/grants", ("live", "cursor", "limit"), "reviewer"),
     "reviewers:audit-export": Route("/api/v1/teams/{team}/audit", ("since", "until", "cursor"), "reviewer"),
+    "reviewers:away": Route("/api/v1/teams/{team}/away", (), "reviewer"),
 }
 PAGE_ROUTES = {
     "approvals:queues": Route(
@@ -102,6 +103,7 @@ POST_ONLY = frozenset(
         "notifications:slack-actions",
         "notifications:slack-link",
         "notifications:slack-unlink",
+        "notifications:away",
         "reviewers:token-revoke",
         "rules:api-rules-test",
         "rules:api-grant",
