@@ -12,30 +12,13 @@ import pytest
 from django.utils import timezone
 
 from accounts.away import away_set
-from accounts.groups import group_member_add
 from accounts.models import Membership
-from envelopes.configuration import tool_configure
 from envelopes.models import Step
-from tests.approvals.conftest import approval_envelope, post_envelope
 from tests.conftest import logged_in
+from tests.delegation import finance_step, people
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def people(make_reviewer: Any, team: Any) -> dict[str, Any]:
-    found = {name: make_reviewer(name, "reviewer") for name in ("alice", "bob", "fay")}
-    group_member_add(team=team, name="finance", user=found["alice"])
-    group_member_add(team=team, name="finance", user=found["fay"])
-    return found
-
-
-@pytest.fixture
-def finance_step(people: dict[str, Any], team: Any, agent: Any) -> Step:
-    tool_configure(
-        team=team, name="charge_card", settings={"approver_group": "finance", "required_approvals": 2}, actor="t"
-    )
-    return post_envelope(agent, approval_envelope(operation_ref="run_7/charge_1"))
+__all__ = ["finance_step", "people"]
 
 
 def _form(until: str, delegate: str) -> dict[str, str]:

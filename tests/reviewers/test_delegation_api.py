@@ -11,15 +11,16 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from accounts.groups import group_member_add
 from envelopes.configuration import tool_configure
 from envelopes.events import DomainEvent
 from envelopes.models import AuditEvent, Decision, Step
 from envelopes.rfc3339 import rfc3339
 from tests.approvals.conftest import approval_envelope, post_envelope
+from tests.delegation import finance_step, people
 from tests.reviewers.conftest import ReviewerClient, token_for
 
 pytestmark = pytest.mark.django_db
+__all__ = ["finance_step", "people"]
 
 
 def _later(days: int = 3) -> str:
@@ -28,23 +29,6 @@ def _later(days: int = 3) -> str:
 
 def away(client: ReviewerClient, body: Any):  # type: ignore[no-untyped-def]
     return client.http.put(f"/api/v1/teams/{client.team}/away", body, format="json")
-
-
-@pytest.fixture
-def people(make_reviewer: Any, team: Any) -> dict[str, Any]:
-    """alice and fay decide for finance; bob is a reviewer outside it."""
-    found = {name: make_reviewer(name, "reviewer") for name in ("alice", "bob", "fay")}
-    group_member_add(team=team, name="finance", user=found["alice"])
-    group_member_add(team=team, name="finance", user=found["fay"])
-    return found
-
-
-@pytest.fixture
-def finance_step(people: dict[str, Any], team: Any, agent: Any) -> Step:
-    tool_configure(
-        team=team, name="charge_card", settings={"approver_group": "finance", "required_approvals": 2}, actor="t"
-    )
-    return post_envelope(agent, approval_envelope(operation_ref="run_7/charge_1"))
 
 
 def _approve(client: ReviewerClient, step: Step):  # type: ignore[no-untyped-def]
