@@ -23,6 +23,10 @@ from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
+# A request for approval that its tool's escalate_after_s widened to the escalate_to group
+# (contract §12): for the notifications, never a §5 webhook type.
+APPROVERS_ESCALATED = "step.approvers_escalated"
+
 
 class DomainEvent(models.Model):
     """One event of the core, append-only. `data` is the event's body as the consumers get it

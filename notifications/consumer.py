@@ -15,6 +15,7 @@ from django.db import connection, models
 from django.utils import timezone
 
 from envelopes.after_response import on_commit_later
+from envelopes.events import APPROVERS_ESCALATED
 from envelopes.rfc3339 import parse_rfc3339
 from outbound.doorbell import doorbell_answered, doorbell_ring
 
@@ -27,8 +28,6 @@ ENTERED = {
     "escalated": "step.escalated",
 }
 EXPIRY_WARNING_MAX = timedelta(hours=1)
-# The core's event for a request for approval its tool's escalate_after_s widened (contract §12).
-APPROVERS_ESCALATED = "step.approvers_escalated"
 GROUP_TARGET = "@group:"  # an email channel for one group's members (services.target_clean)
 
 

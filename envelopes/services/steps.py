@@ -16,6 +16,7 @@ from accounts.models import Team
 from .. import lifecycle, modelsql
 from ..audit import audit_link
 from ..errors import StepNotFound
+from ..events import APPROVERS_ESCALATED
 from ..models import AuditEvent, Step
 from ..presenters import decision_representation, decisions_prefetch, step_representation
 from ..receipts import decision_sign
@@ -117,9 +118,6 @@ def due_step_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
     return list(Step.objects.due(now).order_by("due_at").values_list("pk", flat=True)[:limit])
 
 
-ESCALATED = "step.approvers_escalated"  # a domain event for the notifications, not a §5 webhook
-
-
 def step_escalate_approvers(*, step_id: int, now: datetime | None = None) -> bool:
     """Widen who may decide a request for approval that waited its tool's escalate_after_s
     (contract §12): the tool's escalate_to group may now decide it too, and its channels are told.
@@ -157,7 +155,9 @@ def step_escalate_approvers(*, step_id: int, now: datetime | None = None) -> boo
             cause="escalation",
             now=now,
             links=widened,
-            announce=lambda plan: [(ESCALATED, lambda: escalation_data(step, group, after))] if widens else [],
+            announce=lambda plan: (
+                [(APPROVERS_ESCALATED, lambda: escalation_data(step, group, after))] if widens else []
+            ),
         )
     return widens
 
