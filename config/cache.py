@@ -9,9 +9,10 @@ pool), so one per pool is kept and reused.
 Even reused, redis-py's client costs more CPU around a command than the command's own round
 trip: borrowing and returning a pooled connection, its retry and observability layers, the
 script wrapper (the figures: bench/README.md, "figures behind comments"). The API pays that on
-every call (the throttle's script) and on every event (the webhook delivery's mark, `add`), so
-those go through `command` and `script`: each thread's own connection, with the pool's settings
-(address, database, password, timeouts) and no pool to borrow from. A connection that fails
+every call (the throttle's script) and on every event (the webhook delivery's mark: one
+`SET NX GET`, `add_or_get`), so those, `add` and `get` go through `command` and `script`:
+each thread's own connection, with the pool's settings (address, database, password,
+timeouts) and no pool to borrow from. A connection that fails
 mid-command is closed, and one the server closed meanwhile is found before use (as the pool
 checks one it lends): the next command opens a new one.
 
@@ -84,6 +85,7 @@ class ReusingRedisCacheClient(RedisCacheClient):
             self._pool_options.setdefault("connection_class", connection_class)  # type: ignore[attr-defined]
         self._clients: dict[int, Any] = {}
         self._local = threading.local()
+        self._set_nx_get = True
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
         # _get_connection_pool and _client are RedisCacheClient's own (private in django-stubs).
@@ -120,6 +122,23 @@ class ReusingRedisCacheClient(RedisCacheClient):
         expiry = [] if timeout is None else ["EX", timeout]
         return self.command("SET", key, self._serializer.dumps(value), "NX", *expiry) is not None  # type: ignore[attr-defined]
 
+    def get(self, key: Any, default: Any) -> Any:
+        value = self.command("GET", key)
+        return default if value is None else self._serializer.loads(value)  # type: ignore[attr-defined]
+
+    def add_or_get(self, key: Any, value: Any, timeout: float | None) -> tuple[bool, Any]:
+        """`add`, and when the key was there already its value, in one round trip (SET NX GET,
+        Redis 7); before Redis 7, `add` then `get`."""
+        if not self._set_nx_get:
+            return (True, None) if self.add(key, value, timeout) else (False, self.get(key, None))
+        try:
+            expiry = [] if timeout is None else ["EX", timeout]
+            old = self.command("SET", key, self._serializer.dumps(value), "NX", "GET", *expiry)  # type: ignore[attr-defined]
+        except ResponseError:  # a server before 7.0 refuses NX with GET
+            self._set_nx_get = False
+            return self.add_or_get(key, value, timeout)
+        return (True, None) if old is None else (False, self._serializer.loads(old))  # type: ignore[attr-defined]
+
     def _thread_connection(self) -> Any:
         """This thread's connection, connected and with nothing to read: as redis-py's pool
         checks one it lends, a connection the server closed (a restart, an idle timeout) or
@@ -150,7 +169,23 @@ class HoldpointRedisCache(RedisCache):
         super().__init__(server, params)
         self._class = ReusingRedisCacheClient
 
+    def add_or_get(self, key: str, value: Any, timeout: int) -> tuple[bool, Any]:
+        """Whether `value` was stored under `key` (it was absent), and else the value there."""
+        key = self.make_and_validate_key(key)
+        return self.client.add_or_get(key, value, self.get_backend_timeout(timeout))
+
     @property
     def client(self) -> ReusingRedisCacheClient:
         """Django's client of this cache (RedisCache._cache, private in django-stubs)."""
         return self._cache  # type: ignore[return-value]
+
+
+def add_or_get(cache: Any, key: str, value: Any, timeout: int) -> tuple[bool, Any]:
+    """Store `value` under `key` if it is absent: (True, None); else (False, the value there).
+    One round trip on Holdpoint's Redis cache, `add` then `get` on any other."""
+    own = getattr(cache, "add_or_get", None)  # django.core.cache.cache is a proxy of the cache
+    if own is not None:
+        return own(key, value, timeout)  # type: ignore[no-any-return]
+    if cache.add(key, value, timeout=timeout):
+        return True, None
+    return False, cache.get(key)

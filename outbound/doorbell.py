@@ -24,6 +24,7 @@ from typing import Any
 
 from django.core.cache import cache
 
+from config.cache import add_or_get
 from config.celery import app, publish_hint
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,9 @@ def _mark(task_name: str, quiet_s: float) -> bool:
     if not _cache_down():
         timeout = math.ceil(quiet_s) + 1  # the cache forgets a mark soon after it ends
         try:
-            if cache.add(key, now + quiet_s, timeout=timeout):
+            added, ends = add_or_get(cache, key, now + quiet_s, timeout)
+            if added:
                 return True
-            ends = cache.get(key)
             if isinstance(ends, int | float) and now < ends:
                 return False
             cache.set(key, now + quiet_s, timeout=timeout)  # an ended mark: two rings at worst

@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 from django.core.cache import caches
+from redis.exceptions import ResponseError
 
-from config.cache import HoldpointRedisCache
+from config.cache import HoldpointRedisCache, add_or_get
 from limits import throttle
 
 
@@ -41,6 +42,40 @@ def test_add_sets_only_an_absent_key_with_its_expiry_and_reads_back_as_django_wr
     assert pooled.ttl(redis_cache.make_key(other)) == -1  # no expiry
     redis_cache.delete(key)
     assert redis_cache.add(key, 3, timeout=30) is True
+
+
+def test_add_or_get_stores_an_absent_key_or_answers_the_value_that_stands(redis_cache: HoldpointRedisCache) -> None:
+    key = f"test:{uuid.uuid4().hex}"
+
+    first = add_or_get(redis_cache, key, 1.5, timeout=30)
+    second = add_or_get(redis_cache, key, 2.5, timeout=30)
+
+    assert (first, second) == ((True, None), (False, 1.5))
+    assert redis_cache.get(key) == 1.5  # written as Django's own set would write it
+    pooled = redis_cache.client.get_client(write=True)
+    assert 0 < pooled.ttl(redis_cache.make_key(key)) <= 30
+    redis_cache.set(key, {"ends": 3}, timeout=30)  # and reads what Django's own set wrote
+    assert add_or_get(redis_cache, key, 4, timeout=30) == (False, {"ends": 3})
+
+
+def test_add_or_get_on_a_server_before_redis_7_adds_then_gets(
+    redis_cache: HoldpointRedisCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis_cache.client
+    sent = client.command
+
+    def before_7(*args: object) -> object:
+        if "NX" in args and "GET" in args:
+            raise ResponseError("syntax error")  # what Redis 6 answers to SET ... NX GET
+        return sent(*args)
+
+    monkeypatch.setattr(client, "command", before_7)
+    monkeypatch.setattr(client, "_set_nx_get", True)
+    key = f"test:{uuid.uuid4().hex}"
+
+    assert add_or_get(redis_cache, key, 1, timeout=30) == (True, None)
+    assert add_or_get(redis_cache, key, 2, timeout=30) == (False, 1)
+    assert client._set_nx_get is False  # asked once, not at every call
 
 
 def test_a_connection_the_server_closed_is_opened_again_without_losing_the_call(
