@@ -126,6 +126,13 @@ def _step_directive(
     return directive
 
 
+def _decisions_of(step: Step) -> list[Decision]:
+    """The step's decisions: the prefetched list when there is one (what `step.decisions.all()`
+    answers then, without building a related manager for it), else a query."""
+    prefetched = getattr(step, "_prefetched_objects_cache", {}).get("decisions")
+    return list(prefetched if prefetched is not None else step.decisions.all())
+
+
 def step_representation(
     step: Step,
     *,
@@ -139,10 +146,10 @@ def step_representation(
     `built`: this step's shape without a directive reason, already built in this request (for
     its `step.state_changed` event) and the step unchanged since; only the directive is built
     again, and only when the answer names its own reason or time (the hot path's answer)."""
-    decisions = list(step.decisions.all())
+    if built is not None and not directive_reason and directive_not_before is None:
+        return built
+    decisions = _decisions_of(step)
     if built is not None:
-        if not directive_reason and directive_not_before is None:
-            return built
         directive = _step_directive(step, decisions, reason=directive_reason, not_before=directive_not_before)
         return {**built, "directive": directive}
     directive = _step_directive(step, decisions, reason=directive_reason, not_before=directive_not_before)

@@ -121,10 +121,24 @@ def _statement(
         "event_type": event_type,
         "body": _body(event_type, data, now),
         "now": OutboxMessage._meta.get_field("created_at").get_db_prep_save(now, connection=connection),
+        **_constant_defaults(connection.vendor),
     }
     for field in defaults:
-        params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
+        if callable(field.default):
+            params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
     return sql, params
+
+
+@functools.cache
+def _constant_defaults(vendor: str) -> dict[str, Any]:
+    """The defaults of `_insert_from_endpoints`'s other columns that are values, not callables,
+    prepared once (the statement's every run sends the same)."""
+    _, defaults = _insert_from_endpoints(vendor)
+    return {
+        field.attname: field.get_db_prep_save(field.get_default(), connection=connection)
+        for field in defaults
+        if not callable(field.default)
+    }
 
 
 def event_fold(*, team_id: int, event_type: str, data: dict[str, Any], step_id: int | None = None) -> Fold | None:
