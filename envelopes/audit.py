@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 
+from . import modelsql
 from .models import AuditEvent, AuditSeal, Step, Tool
 
 GENESIS = "0" * 64
@@ -109,7 +110,8 @@ def audit_link(
         chain, step_id, tool_id = f"tool:{holder.pk}", None, holder.pk
     else:
         chain, step_id, tool_id = holder.audit_chain, None, None
-    event = AuditEvent(
+    event = modelsql.new(
+        AuditEvent,
         team_id=holder.team_id,
         chain=chain,
         seq=holder.audit_seq + 1,

@@ -178,7 +178,8 @@ def event_plan(
         if outcome.after.state is None:
             return Plan(step=None, outcome=outcome, cause=cause, now=now)  # refused before any step existed
         assert context.team is not None and context.new_step_id is not None, "a new step needs its team and number"
-        step = Step(
+        step = modelsql.new(
+            Step,
             id=context.new_step_id,
             team=context.team,
             tool=tool,
@@ -284,7 +285,8 @@ def plan_write(plan: Plan) -> dict[str, Any] | None:
     for event_type, data in emitted:
         body = data()
         shape = body["step"] if event_type == "step.state_changed" else shape
-        event = DomainEvent(
+        event = modelsql.new(
+            DomainEvent,
             team_id=step.team_id,
             type=event_type,
             step_id=step.pk,

@@ -12,7 +12,7 @@ from accounts.models import ApiKey, Team
 from telemetry import spans
 from telemetry.traceparent import incoming_trace_id
 
-from .. import lifecycle, policy_acts
+from .. import lifecycle, modelsql, policy_acts
 from ..errors import AttemptRefused
 from ..models import Attempt, ProposedInput, Step, Tool
 from ..presenters import step_representation
@@ -104,7 +104,8 @@ def attempt_request(
         if outcome.granted:
             verdict = consults[-1].verdict if consults else None
             grant = verdict.grant if verdict is not None else None
-            attempt = Attempt(
+            attempt = modelsql.new(
+                Attempt,
                 step=step,
                 number=step.attempts,
                 fingerprint=fingerprint,
