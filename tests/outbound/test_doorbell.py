@@ -19,6 +19,10 @@ def published(db: None, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]
 
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(notify, "apply_async", lambda **kwargs: calls.append(kwargs))
+    # An earlier test's cache failure (a cache table read without `db`) must not leave this
+    # process treating the cache as down: these tests are of the cache's marks.
+    monkeypatch.setattr(doorbell, "_cache_down_until", [0.0])
+    monkeypatch.setattr(doorbell, "_local_marks", {})
     doorbell.doorbell_answered(TASK)
     return calls
 
