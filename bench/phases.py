@@ -57,7 +57,8 @@ def instrument() -> list[tuple[str, bool]]:
     from rest_framework.renderers import JSONRenderer
     from rest_framework.request import Request
 
-    from envelopes import after_response, api, auth, modelsql, schema, services, transitions
+    from accounts import auth
+    from envelopes import after_response, api, modelsql, schema, services, transitions
     from envelopes.services import attempts, ingest
     from webhooks import outbox
 
