@@ -10,11 +10,10 @@ Even reused, redis-py's client costs more CPU around a command than the command'
 trip: borrowing and returning a pooled connection, its retry and observability layers, the
 script wrapper (the figures: bench/README.md, "figures behind comments"). The API pays that on
 every call (the throttle's script) and on every event (the webhook delivery's mark: one
-`SET NX GET`, `add_or_get`), so those, `add` and `get` go through `command` and `script`:
-each thread's own connection, with the pool's settings (address, database, password,
-timeouts) and no pool to borrow from. A connection that fails
-mid-command is closed, and one the server closed meanwhile is found before use (as the pool
-checks one it lends): the next command opens a new one.
+`SET NX GET`, `add_or_get`), so those, `add` and `get` go through `command` and `script`: each
+thread's own connection, with the pool's settings (address, database, password, timeouts) and
+no pool to borrow from. A connection that fails mid-command is closed, and one the server closed
+meanwhile is found before use (as the pool checks one it lends): the next command opens a new one.
 
 A Redis that cannot be reached is not tried by every request: once a connection to it fails,
 no connection of this process tries again for RETRY_REDIS_AFTER_S (each fails at once), so an

@@ -109,7 +109,7 @@ def new(model: type[M], **values: Any) -> M:
             args.append(None)
             related.append((relation, values.pop(name)))
         else:
-            args.append(values.pop(name) if name in values else default())
+            args.append(default())
     if values:
         raise TypeError(f"{model.__name__} has no column {', '.join(values)}")
     instance = model(*args)

@@ -124,20 +124,26 @@ def _statement(
         **_constant_defaults(connection.vendor),
     }
     for field in defaults:
-        if callable(field.default):
+        if _default_per_call(field):
             params[field.attname] = field.get_db_prep_save(field.get_default(), connection=connection)
     return sql, params
 
 
+def _default_per_call(field: Any) -> bool:
+    """A default that is a callable, such as `timezone.now`; a value, or no default at all (None
+    or ""), is the same on every run."""
+    return bool(field.has_default()) and callable(field.default)
+
+
 @functools.cache
 def _constant_defaults(vendor: str) -> dict[str, Any]:
-    """The defaults of `_insert_from_endpoints`'s other columns that are values, not callables,
-    prepared once (the statement's every run sends the same)."""
+    """`_insert_from_endpoints`'s other columns whose default is the same on every run, prepared
+    once."""
     _, defaults = _insert_from_endpoints(vendor)
     return {
         field.attname: field.get_db_prep_save(field.get_default(), connection=connection)
         for field in defaults
-        if not callable(field.default)
+        if not _default_per_call(field)
     }
 
 
