@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, TypeGuard
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -17,7 +18,7 @@ from rest_framework.views import APIView
 
 from accounts.models import ApiKey, Team
 
-from . import errors, openapi, schema, services
+from . import errors, modelsql, openapi, schema, services
 from .apikit.pagination import StepCursor
 from .apikit.problems import CONTENT_TYPE, problem_exception_handler
 from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
@@ -68,25 +69,29 @@ def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[
     if key is None:
         return work()
     try:
-        # The work in this transaction without a savepoint of its own; should it raise (a step
-        # race, a new tool, a rejected body), all of it runs again with one.
+        # The work in this transaction without a savepoint of its own, its last write held for
+        # the stored answer's statement; should it raise (a step race, a new tool, a rejected
+        # body), all of it runs again with savepoints, each write sent as it is made.
         with in_callers_transaction():
-            return _keyed(request, endpoint, key, body_sha, work)
-    except RunAgain:
-        return _keyed(request, endpoint, key, body_sha, work)
+            return _keyed(request, endpoint, key, body_sha, work, hold=True)
+    except (RunAgain, IntegrityError):
+        return _keyed(request, endpoint, key, body_sha, work, hold=False)
 
 
-def _keyed(request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response]) -> Response:
+def _keyed(
+    request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response], *, hold: bool
+) -> Response:
     try:
         with transaction.atomic():
             claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
             if isinstance(claim, Replay):
                 return _replayed(claim)
-            response = _answer(work)
-            if response.status_code >= 500:
-                raise _Unstored(response)
-            headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
-            idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
+            with modelsql.writes_held() if hold else nullcontext():
+                response = _answer(work)
+                if response.status_code >= 500:
+                    raise _Unstored(response)
+                headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
+                idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
     except _Unstored as unstored:
         return unstored.response
     return response

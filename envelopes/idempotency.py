@@ -179,9 +179,9 @@ def _take_over_abandoned(record: IdempotencyRecord) -> None:
 def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, headers: dict[str, str]) -> None:
     """Store the answer to replay: in the transaction of the work it answers (see the module).
     The three columns as `save(update_fields=...)` would write them, in one prepared statement
-    (envelopes.modelsql)."""
+    with the work's last write when it is held for it (`modelsql.writes_held`)."""
     record.status, record.response, record.headers = status, body, headers
-    modelsql.execute_bound(*modelsql.update(record, ("status", "response", "headers")))
+    modelsql.write_with(modelsql.update(record, ("status", "response", "headers")))
 
 
 def idempotency_purge(*, now: datetime | None = None, batch: int = 5000) -> int:

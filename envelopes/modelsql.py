@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -381,3 +382,96 @@ def next_id(model: type[models.Model]) -> int:
             [name],
         )
         return int(cursor.fetchone()[0])
+
+
+# --- a write held for the next statement ----------------------------------------------------------
+
+
+class _Held:
+    """A write not sent yet: its statements, the counted ones, and what to do with the counts."""
+
+    __slots__ = ("counted", "statements", "written")
+
+    def __init__(
+        self,
+        statements: Sequence[tuple[str, list[Any]]],
+        counted: Sequence[tuple[str, list[Any]]],
+        written: Callable[[Sequence[int]], object],
+    ) -> None:
+        self.statements, self.counted, self.written = statements, counted, written
+
+
+_HELD: ContextVar[list[_Held] | None] = ContextVar("modelsql_held", default=None)
+
+
+@contextmanager
+def writes_held() -> Iterator[None]:
+    """Within it, on PostgreSQL, `write` holds its write until the connection's next statement,
+    which it then goes before, or until `write_with`, which sends it in the same statement as
+    the caller's own: one round trip for a transaction's last write and what its caller stores
+    with it (an Idempotency-Key's answer). A write held at the end is sent then; one held when
+    the block raises is dropped with the transaction the caller then rolls back."""
+    if _db().vendor != "postgresql":
+        yield
+        return
+    held: list[_Held] = []
+    token = _HELD.set(held)
+    try:
+        with _db().execute_wrapper(_held_first):
+            yield
+            _flush(held)
+    finally:
+        _HELD.reset(token)
+
+
+def _held_first(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    """An execute wrapper: any statement of the connection goes after the write held before it."""
+    held = _HELD.get()
+    if held:
+        _flush(held)
+    return execute(sql, params, many, context)
+
+
+def _flush(held: list[_Held], extra: Sequence[tuple[str, list[Any]]] = ()) -> None:
+    if held:
+        pending = held.pop()
+        write_now(pending.statements, pending.counted, pending.written, extra=extra)
+    elif extra:
+        execute_bound(*combined(extra))
+
+
+def write(
+    statements: Sequence[tuple[str, list[Any]]],
+    counted: Sequence[tuple[str, list[Any]]],
+    written: Callable[[Sequence[int]], object],
+) -> None:
+    """Send INSERTs and UPDATEs as one statement (`combined`), then `written(counts)`: now, or,
+    within `writes_held`, before the connection's next statement."""
+    held = _HELD.get()
+    if held is None:
+        write_now(statements, counted, written)
+        return
+    _flush(held)  # two writes of one row cannot share a statement: the first one goes first
+    held.append(_Held(statements, counted, written))
+
+
+def write_now(
+    statements: Sequence[tuple[str, list[Any]]],
+    counted: Sequence[tuple[str, list[Any]]],
+    written: Callable[[Sequence[int]], object],
+    *,
+    extra: Sequence[tuple[str, list[Any]]] = (),
+) -> None:
+    sql, params = combined([*statements, *extra], counted)
+    if counted:
+        counts: Sequence[int] = fetchone_bound(sql, params) or ()
+    else:
+        counts = ()
+        execute_bound(sql, params)
+    written(counts)
+
+
+def write_with(statement: tuple[str, list[Any]]) -> None:
+    """Send `statement` with the write held for it (see `writes_held`), or alone."""
+    held = _HELD.get()
+    _flush(held or [], extra=[statement])

@@ -16,7 +16,7 @@ dashboard, a timer, a task, every reviewer channel). It is three pieces, each wr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -306,16 +306,16 @@ def plan_write(plan: Plan) -> dict[str, Any] | None:
                 folds.append(fold)
     if not statements:
         return None
-    if folds:
-        counts = modelsql.fetchone_bound(*modelsql.combined(statements, [(f.sql, f.params) for f in folds]))
-    else:
-        counts = ()
-        modelsql.execute_bound(*modelsql.combined(statements))
     modelsql.mark_saved(step, *rows, *events)
-    for fold, count in zip(folds, counts or (), strict=True):  # one count per fold
-        fold.written(count)
-    for consumer, handed in called:
-        consumer(**handed)
+
+    def written(counts: Sequence[int]) -> None:
+        for fold, count in zip(folds, counts, strict=True):  # one count per fold
+            fold.written(count)
+        for consumer, handed in called:
+            consumer(**handed)
+
+    # Within an Idempotency-Key's transaction, held for the statement that stores its answer.
+    modelsql.write(statements, [(f.sql, f.params) for f in folds], written)
     plan.step_shape = shape
     return shape
 
