@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any, TypeGuard
 
 from django.db import IntegrityError, transaction
@@ -22,9 +21,19 @@ from . import errors, modelsql, openapi, schema, services
 from .apikit.pagination import StepCursor
 from .apikit.problems import CONTENT_TYPE, problem_exception_handler
 from .apikit.serializers import PrintableCharField, StrictSerializer, WholeRegexField, validated
-from .idempotency import Replay, body_fingerprint, idempotency_claim, idempotency_store
+from .idempotency import (
+    IN_FLIGHT_RETRY_AFTER_S,
+    ClaimTaken,
+    IdempotencyInFlight,
+    Replay,
+    body_fingerprint,
+    claim_now,
+    claimed_first,
+    idempotency_claim,
+    idempotency_store,
+)
 from .lifecycle import State
-from .models import ErrorCode, SkippedResource, Step, Tool
+from .models import ErrorCode, IdempotencyRecord, SkippedResource, Step, Tool
 from .presenters import decisions_prefetch, step_representation
 from .proposal import proposals_load
 from .rfc3339 import parse_rfc3339, rfc3339
@@ -62,38 +71,62 @@ def _answer(work: Callable[[], Response]) -> Response:
 def _idempotent(request: Request, endpoint: str, body_sha: str, work: Callable[[], Response]) -> Response:
     """Do `work` once per Idempotency-Key: the claim, the work and the answer it stores for
     replays are one transaction (contract §4, issue 29), so no crash leaves work done and
-    unanswered, and a keyed call costs one transaction, as a plain one does. An app error is an
+    unanswered, and a keyed call sends the statements a plain one sends. An app error is an
     answer too, committed with what its service wrote (an attempt refusal's audit link, a
     rejected body's quarantine) and replayed like a success; a 5xx rolls back, claim and all."""
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return work()
     try:
-        # The work in this transaction without a savepoint of its own, its last write held for
-        # the stored answer's statement; should it raise (a step race, a new tool, a rejected
-        # body), all of it runs again with savepoints, each write sent as it is made.
+        # One transaction without a savepoint for the work: the claim made with its first
+        # statement, its last write held for the stored answer's. Should the work raise (a step
+        # race, a new tool, a key claimed already), all of it runs again, claim first, with
+        # savepoints, each write sent as it is made.
         with in_callers_transaction():
-            return _keyed(request, endpoint, key, body_sha, work, hold=True)
-    except (RunAgain, IntegrityError):
-        return _keyed(request, endpoint, key, body_sha, work, hold=False)
+            return _keyed(request, endpoint, key, body_sha, work)
+    except (RunAgain, IntegrityError, ClaimTaken) as error:
+        taken = error.__cause__ if isinstance(error, RunAgain) else error
+        if isinstance(taken, ClaimTaken) and taken.in_flight:
+            raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S) from error
+        return _keyed_again(request, endpoint, key, body_sha, work)
 
 
-def _keyed(
-    request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response], *, hold: bool
-) -> Response:
+def _keyed(request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response]) -> Response:
+    team = request_team(request)
+    try:
+        with (
+            transaction.atomic(),
+            claimed_first(team=team, endpoint=endpoint, key=key, body_sha256=body_sha) as claim,
+            modelsql.writes_held(),
+        ):
+            response = _stored(claim, work)
+    except _Unstored as unstored:
+        return unstored.response
+    return response
+
+
+def _keyed_again(request: Request, endpoint: str, key: str, body_sha: str, work: Callable[[], Response]) -> Response:
+    """The keyed call's second run: the claim a statement of its own, which finds a stored answer
+    to replay, another body's key or one in flight."""
     try:
         with transaction.atomic():
             claim = idempotency_claim(team=request_team(request), endpoint=endpoint, key=key, body_sha256=body_sha)
             if isinstance(claim, Replay):
                 return _replayed(claim)
-            with modelsql.writes_held() if hold else nullcontext():
-                response = _answer(work)
-                if response.status_code >= 500:
-                    raise _Unstored(response)
-                headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
-                idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
+            response = _stored(claim, work)
     except _Unstored as unstored:
         return unstored.response
+    return response
+
+
+def _stored(claim: IdempotencyRecord, work: Callable[[], Response]) -> Response:
+    """The work's answer, stored for replays under the claim (made by now: `claim_now`)."""
+    response = _answer(work)
+    if response.status_code >= 500:
+        raise _Unstored(response)
+    headers = {name: response[name] for name in ("Retry-After", "Location") if response.has_header(name)}
+    claim_now()
+    idempotency_store(claim, status=response.status_code, body=response.data, headers=headers)
     return response
 
 

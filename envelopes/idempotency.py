@@ -1,20 +1,24 @@
 """Idempotency-Key: the stored answer for a replay, a refusal for a key reused on another body.
 
-The claim, the work and the stored answer are one transaction (issue 29): the claim's row is
-its first statement (`idempotency_claim`), the answer its last (`idempotency_store`). They
-commit together or not at all, so no crash leaves work done without an answer to replay, nor a
-claim behind it: a request that dies takes its claim with it, and the key is free at once. A
-concurrent duplicate waits on the claim's uncommitted row for at most IN_FLIGHT_WAIT and
-replays the first's answer, or is told 409 in flight (with Retry-After) instead of doing the
-work twice. A claim committed without an answer (an older version claimed in a transaction of
-its own) is in flight until IN_FLIGHT_TIMEOUT, then taken over if no transaction holds it.
-"""
+The claim, the work and the stored answer are one transaction (issue 29): the claim's row goes
+before the work's first write, the answer after its last. They commit together or not at all,
+so no crash leaves work done without an answer to replay, nor a claim behind it: a request that
+dies takes its claim with it, and the key is free at once. A concurrent duplicate waits on the
+claim's uncommitted row for at most IN_FLIGHT_WAIT and replays the first's answer, or is told
+409 in flight (with Retry-After) instead of doing the work twice. A keyed call sends what a plain
+one sends: the claim is made in the step's context read (`claimed_first`), the answer in the
+statement of the work's last write (`modelsql.writes_held`). A claim committed without an
+answer (an older version claimed in a transaction of its own) is in flight until
+IN_FLIGHT_TIMEOUT, then taken over if no transaction holds it."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -86,11 +90,7 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
     """Claim the key for this request, or return the stored answer to replay. Called in the
     transaction that does the work and stores its answer (`_idempotent`): the claim is then
     visible to nobody until that transaction commits, with its answer, or rolls back, with it."""
-    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
-        raise IdempotencyKeyInvalid(
-            "Idempotency-Key must be 1..255 printable characters.",
-            errors=[{"field": "Idempotency-Key", "rule": "maxLength"}],
-        )
+    key_check(key)
     claimed_at = timezone.now()
     for _ in range(2):
         claim = IdempotencyRecord(team=team, endpoint=endpoint, key=key, body_sha256=body_sha256)
@@ -113,6 +113,14 @@ def idempotency_claim(*, team: Team, endpoint: str, key: str, body_sha256: str) 
     raise IdempotencyInFlight(retry_after_s=in_flight_retry_after(claimed_at, timezone.now()))
 
 
+def key_check(key: str) -> None:
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise IdempotencyKeyInvalid(
+            "Idempotency-Key must be 1..255 printable characters.",
+            errors=[{"field": "Idempotency-Key", "rule": "maxLength"}],
+        )
+
+
 def _claim(claim: IdempotencyRecord) -> bool:
     """Insert the claim; False if the key is claimed already.
 
@@ -128,18 +136,28 @@ def _claim(claim: IdempotencyRecord) -> bool:
         except IntegrityError:
             return False
         return True
-    sql, values = _claim_sql(), [_in_flight_wait_ms(), *modelsql.insert(claim)[1]]
     try:
-        row = modelsql.fetchone_bound(sql, values)
+        row = modelsql.fetchone_bound(f"{claim_ctes()} SELECT claimed FROM claimed", claim_params(claim))  # noqa: S608
     except OperationalError as error:
-        if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-            raise
-        raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S) from error
-    if row is None:
+        in_flight_raise(error)
+        raise
+    assert row is not None
+    return claim_made(claim, row[0])
+
+
+def claim_made(claim: IdempotencyRecord, claimed: int | None) -> bool:
+    """The claim's row, numbered `claimed` (None: the key was claimed already)."""
+    if claimed is None:
         return False
-    claim.pk = row[0]
+    claim.pk = claimed
     modelsql.mark_saved(claim)
     return True
+
+
+def in_flight_raise(error: OperationalError) -> None:
+    """A claim that waited IN_FLIGHT_WAIT for another transaction's claim of the key: 409."""
+    if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S) from error
 
 
 def _in_flight_wait_ms() -> str:
@@ -147,21 +165,115 @@ def _in_flight_wait_ms() -> str:
 
 
 @functools.cache
-def _claim_sql() -> str:
-    """The claim's INSERT (without its pk: the database numbers it) as one prepared statement
-    that sets `lock_timeout` before the row is inserted, which is where a duplicate waits, and
-    puts the caller's value back in its RETURNING. The values are cast to their columns' types
-    (an INSERT ... SELECT does not infer them as VALUES does)."""
+def claim_ctes() -> str:
+    """The claim as WITH queries ending in `claimed` (one row: the claim's id, NULL when the key
+    is claimed already), for a statement of its own or to go before another's: `lock_timeout` is
+    set before the claim's row is inserted, which is where a duplicate waits, and put back in
+    `claimed`, so what reads `claimed` (a lateral FOR UPDATE) waits as long as it would have. The
+    INSERT has no pk (the database numbers it), its values cast to their columns' types (an
+    INSERT ... SELECT does not infer them as VALUES does). Named placeholders: `claim_params`."""
     q = modelsql.quote
     fields = [field for field in modelsql.column_fields(IdempotencyRecord) if not field.primary_key]
     columns = ", ".join(q(field.column) for field in fields)
-    values = ", ".join(f"CAST(%s AS {field.cast_db_type(connection)})" for field in fields)
+    values = ", ".join(
+        f"CAST(%(claim_{index})s AS {field.cast_db_type(connection)})" for index, field in enumerate(fields)
+    )
     return (
         "WITH was AS (SELECT current_setting('lock_timeout') AS v), "  # noqa: S608 (names, types)
-        "wait AS (SELECT set_config('lock_timeout', %s, true) FROM was) "
-        f"INSERT INTO {modelsql.table(IdempotencyRecord)} ({columns}) SELECT {values} FROM wait "
-        f"ON CONFLICT DO NOTHING RETURNING {q('id')}, (SELECT set_config('lock_timeout', v, true) FROM was)"
+        "wait AS (SELECT set_config('lock_timeout', %(claim_wait_ms)s, true) FROM was), "
+        f"claim AS (INSERT INTO {modelsql.table(IdempotencyRecord)} ({columns}) SELECT {values} FROM wait "
+        f"ON CONFLICT DO NOTHING RETURNING {q('id')}), "
+        "claimed AS MATERIALIZED (SELECT (SELECT id FROM claim) AS claimed, "
+        "set_config('lock_timeout', was.v, true) AS lock_timeout FROM was)"
     )
+
+
+def claim_params(claim: IdempotencyRecord) -> dict[str, Any]:
+    values = modelsql.insert(claim)[1]
+    return {"claim_wait_ms": _in_flight_wait_ms(), **{f"claim_{index}": value for index, value in enumerate(values)}}
+
+
+# --- a claim made with the work's first statement -------------------------------------------------
+
+
+class ClaimTaken(Exception):
+    """The key was claimed before the claim made with the work's first statement: the work
+    stops, its transaction rolls back, and the caller claims on its own (then replays, refuses
+    or answers 409). `in_flight`: the claim waited IN_FLIGHT_WAIT for another request's."""
+
+    def __init__(self, *, in_flight: bool = False) -> None:
+        super().__init__("in flight" if in_flight else "claimed")
+        self.in_flight = in_flight
+
+
+class PendingClaim:
+    """The request's claim, not made yet: `claim_to_make` hands it to the statement that makes it."""
+
+    __slots__ = ("made", "record")
+
+    def __init__(self, record: IdempotencyRecord) -> None:
+        self.record, self.made = record, False
+
+
+_PENDING: ContextVar[PendingClaim | None] = ContextVar("idempotency_pending", default=None)
+
+
+@contextmanager
+def claimed_first(*, team: Team, endpoint: str, key: str, body_sha256: str) -> Iterator[IdempotencyRecord]:
+    """Within it, the key is claimed before the connection's first statement, or in it: the step
+    context read (`step_context`) makes the claim in its own statement (`claim_to_make`), so a
+    keyed call costs the statements of a plain one. Yields the claim; `claim_now` makes it if no
+    statement has. A claim already taken raises ClaimTaken from that statement."""
+    key_check(key)
+    pending = PendingClaim(IdempotencyRecord(team=team, endpoint=endpoint, key=key, body_sha256=body_sha256))
+    token = _PENDING.set(pending)
+    try:
+        with connection.execute_wrapper(_claim_before):
+            yield pending.record
+    finally:
+        _PENDING.reset(token)
+
+
+def _claim_before(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    claim_now()
+    return execute(sql, params, many, context)
+
+
+def claim_to_make() -> IdempotencyRecord | None:
+    """The pending claim (see `claimed_first`), now the caller's to make in its statement, then
+    to report with `claim_made` or `claim_failed`; None when there is none to make."""
+    pending = _PENDING.get()
+    if pending is None or pending.made:
+        return None
+    pending.made = True
+    return pending.record
+
+
+def claim_now() -> None:
+    """Make the pending claim, if any, as a statement of its own."""
+    record = claim_to_make()
+    if record is None:
+        return
+    try:
+        claimed = _claim(record)
+    except IdempotencyInFlight as error:
+        raise ClaimTaken(in_flight=True) from error
+    if not claimed:
+        raise ClaimTaken()
+
+
+def claim_reported(record: IdempotencyRecord, claimed: int | None) -> None:
+    """The claim a statement made (`claim_to_make`), numbered `claimed`, or ClaimTaken."""
+    if not claim_made(record, claimed):
+        raise ClaimTaken()
+
+
+def claim_failed(error: OperationalError) -> None:
+    """A statement that made the claim failed: ClaimTaken when it waited IN_FLIGHT_WAIT."""
+    try:
+        in_flight_raise(error)
+    except IdempotencyInFlight as in_flight:
+        raise ClaimTaken(in_flight=True) from in_flight
 
 
 def _take_over_abandoned(record: IdempotencyRecord) -> None:

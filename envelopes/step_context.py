@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q, prefetch_related_objects
 
 from accounts.models import Team
 
-from . import modelsql, policy_acts
+from . import idempotency, modelsql, policy_acts
 from .errors import ToolLimitReached
 from .models import Attempt, Decision, Envelope, ErrorCode, ProposedInput, Step, Tool
 from .presenters import decisions_prefetch
@@ -30,7 +30,6 @@ def tool_get_or_register(*, team: Team, name: str) -> Tool:
             return Tool.objects.create(team=team, name=name)
     except IntegrityError:
         return Tool.objects.get(team=team, name=name)
-
 
 
 def tool_auto_register(*, team: Team, name: str) -> Tool:
@@ -151,9 +150,20 @@ def _context_read(team: Team, tool_name: str, operation_ref: str, code: str | No
     back with them. The read says when the step it locked is newer than its snapshot, and then
     reads again, the lock ours and its snapshot taken after the other transaction's commit."""
     params = {"team": team.pk, "tool": tool_name, "ref": operation_ref, "code": code or ""}
-    row = modelsql.fetchone_bound(_context_sql(ingest), params)
+    claim = idempotency.claim_to_make()
+    if claim is None:
+        row = modelsql.fetchone_bound(_context_sql(ingest, claiming=False), params)
+    else:  # an Idempotency-Key's claim, made in this statement before the step is locked
+        try:
+            row = modelsql.fetchone_bound(_context_sql(ingest, claiming=True), params | idempotency.claim_params(claim))
+        except OperationalError as error:
+            idempotency.claim_failed(error)
+            raise
+        if row is not None:
+            idempotency.claim_reported(claim, row[0])
+            row = row[1:]
     if row is not None and row[_WAITED]:
-        row = modelsql.fetchone_bound(_context_sql(ingest), params)
+        row = modelsql.fetchone_bound(_context_sql(ingest, claiming=False), params)
     if row is None:
         return None
     rule_versions, grant_uses = row[_RULES], row[_GRANTS]
@@ -213,12 +223,14 @@ _NEWER_THAN_SNAPSHOT = (
 
 
 @functools.cache
-def _context_sql(ingest: bool) -> str:
+def _context_sql(ingest: bool, *, claiming: bool) -> str:
     """Whether the step was locked after a wait (see `_context_read`), the team's rules and live
-    grants of the tool (`policy_acts.policy_ids_sql`), the tool, for an envelope
-    whether its code is documented, the new rows' ids, the step locked FOR UPDATE with whether it
-    has decisions, what its proposal reads (the latest attempt,
-    or the refused input the binding names: proposal.proposal_of) and its last envelope."""
+    grants of the tool (`policy_acts.policy_ids_sql`), the tool, for an envelope whether its code
+    is documented, the new rows' ids, the step locked FOR UPDATE with whether it has decisions,
+    what its proposal reads (the latest attempt, or the refused input the binding names:
+    proposal.proposal_of) and its last envelope. `claiming`: the Idempotency-Key's claim first
+    (`idempotency.claim_ctes`), its id the row's first column; the step is locked after it (the
+    lateral reads the claim, so it waits as a plain call would), and only if it was made."""
     step_fk = Decision._meta.get_field("step").column
     q, table = modelsql.quote, modelsql.table
     step_id = f"s.{q('id')}"
@@ -234,8 +246,11 @@ def _context_sql(ingest: bool) -> str:
     )
     envelope_id = f"nextval({modelsql.sequence(Envelope)})" if ingest else "NULL::bigint"
     same_step = f"{q('team_id')} = %(team)s AND {q('operation_ref')} = %(ref)s"
+    if claiming:
+        same_step += " AND claimed.claimed IS NOT NULL"
+    claim = f"{idempotency.claim_ctes()} SELECT claimed.claimed, " if claiming else "SELECT "
     return (
-        f"SELECT {step_id} IS NOT NULL AND {_NEWER_THAN_SNAPSHOT}, "  # noqa: S608
+        f"{claim}{step_id} IS NOT NULL AND {_NEWER_THAN_SNAPSHOT}, "  # noqa: S608
         f"{policy_acts.policy_ids_sql()}, "
         f"{modelsql.select_list(Tool, 't')}, {documented}, "
         f"CASE WHEN {step_id} IS NULL THEN nextval({modelsql.sequence(Step)}) END, "
@@ -245,7 +260,7 @@ def _context_sql(ingest: bool) -> str:
         f"{modelsql.select_list(Attempt, 'a')}, {modelsql.select_list(ProposedInput, 'p')}, "
         f"{modelsql.select_list(Envelope, 'e')}, "
         f"{modelsql.select_list(Step, 's')} "
-        f"FROM {table(Tool)} t LEFT JOIN LATERAL ("
+        f"FROM {'claimed CROSS JOIN ' if claiming else ''}{table(Tool)} t LEFT JOIN LATERAL ("
         f"SELECT *, xmin FROM {table(Step)} WHERE {same_step} FOR UPDATE) s ON true "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(Attempt)} WHERE {q('step_id')} = {step_id} "
         f"AND s.{q('last_fingerprint')} <> '' ORDER BY {q('number')} DESC LIMIT 1) a ON true "
