@@ -534,7 +534,9 @@ class SkippedResource(models.Model):
 class IdempotencyRecord(models.Model):
     """The stored answer to a request sent with an Idempotency-Key, per team and endpoint."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: idempotency_unique_key (team, endpoint, key) serves a team's rows, and
+    # every keyed call inserts one row into each index of this table.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     endpoint = models.CharField(max_length=40)
     key = models.CharField(max_length=255)
     body_sha256 = models.CharField(max_length=64)
