@@ -139,13 +139,13 @@ def _claim(claim: IdempotencyRecord) -> bool:
     try:
         row = modelsql.fetchone_bound(f"{claim_ctes()} SELECT claimed FROM claimed", claim_params(claim))  # noqa: S608
     except OperationalError as error:
-        in_flight_raise(error)
+        _in_flight_raise(error)
         raise
     assert row is not None
-    return claim_made(claim, row[0])
+    return _claim_made(claim, row[0])
 
 
-def claim_made(claim: IdempotencyRecord, claimed: int | None) -> bool:
+def _claim_made(claim: IdempotencyRecord, claimed: int | None) -> bool:
     """The claim's row, numbered `claimed` (None: the key was claimed already)."""
     if claimed is None:
         return False
@@ -154,7 +154,7 @@ def claim_made(claim: IdempotencyRecord, claimed: int | None) -> bool:
     return True
 
 
-def in_flight_raise(error: OperationalError) -> None:
+def _in_flight_raise(error: OperationalError) -> None:
     """A claim that waited IN_FLIGHT_WAIT for another transaction's claim of the key: 409."""
     if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
         raise IdempotencyInFlight(retry_after_s=IN_FLIGHT_RETRY_AFTER_S) from error
@@ -241,7 +241,7 @@ def _claim_before(execute: Callable[..., Any], sql: str, params: Any, many: bool
 
 def claim_to_make() -> IdempotencyRecord | None:
     """The pending claim (see `claimed_first`), now the caller's to make in its statement, then
-    to report with `claim_made` or `claim_failed`; None when there is none to make."""
+    to report with `claim_reported` or `claim_failed`; None when there is none to make."""
     pending = _PENDING.get()
     if pending is None or pending.made:
         return None
@@ -264,14 +264,14 @@ def claim_now() -> None:
 
 def claim_reported(record: IdempotencyRecord, claimed: int | None) -> None:
     """The claim a statement made (`claim_to_make`), numbered `claimed`, or ClaimTaken."""
-    if not claim_made(record, claimed):
+    if not _claim_made(record, claimed):
         raise ClaimTaken()
 
 
 def claim_failed(error: OperationalError) -> None:
     """A statement that made the claim failed: ClaimTaken when it waited IN_FLIGHT_WAIT."""
     try:
-        in_flight_raise(error)
+        _in_flight_raise(error)
     except IdempotencyInFlight as in_flight:
         raise ClaimTaken(in_flight=True) from in_flight
 
