@@ -18,7 +18,7 @@ from django.utils import timezone
 from approvals.services import DecisionRefused, step_decide
 from envelopes import errors, services
 from envelopes.audit import audit_verify
-from envelopes.models import AuditEvent, Envelope, Step
+from envelopes.models import AuditEvent, Envelope, IdempotencyRecord, Step
 from tests.conftest import AgentClient, error_envelope, fingerprint
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -171,18 +171,16 @@ def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outco
     assert audit_verify() == []
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
-def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
-    """A statement that waits for a row lock reads the locked row as the other transaction left
-    it, but the rows it joins as they were before the wait: the step's context must not write
-    back a stale join (the attempt once wrote `last_envelope_id = NULL` here)."""
-    ref = "race/lock-wait"
+def _step_needing_input(team, ref: str) -> None:  # type: ignore[no-untyped-def]
     services.attempt_request(team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("a"))
     services.envelope_ingest(
         team=team, payload=error_envelope(operation_ref=ref), dialect="canonical", raw_body=b"{}"
     )  # needs_input: a fixed input may be tried
-    locked, done = threading.Event(), threading.Event()
-    written: dict[str, Any] = {}
+
+
+def _hold_the_step_then_ingest(team, ref: str, locked: threading.Event, written: dict[str, Any]) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """A thread that locks the step, waits until another transaction waits for that lock, then
+    ingests an envelope for it and commits; `written` gets "waited" and "envelope_id"."""
 
     def holder() -> None:
         from django.db import transaction
@@ -210,8 +208,22 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
                 )
                 written["envelope_id"] = answer.envelope.pk
         finally:
-            done.set()
             connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    return thread
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
+def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
+    """A statement that waits for a row lock reads the locked row as the other transaction left
+    it, but the rows it joins as they were before the wait: the step's context must not write
+    back a stale join (the attempt once wrote `last_envelope_id = NULL` here)."""
+    ref = "race/lock-wait"
+    _step_needing_input(team, ref)
+    locked = threading.Event()
+    written: dict[str, Any] = {}
 
     def waiter() -> Any:
         assert locked.wait(10)
@@ -225,11 +237,10 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
         finally:
             connection.close()
 
-    thread = threading.Thread(target=holder)
-    thread.start()
+    thread = _hold_the_step_then_ingest(team, ref, locked, written)
     results = run_together([waiter])
     thread.join(timeout=60)
-    assert done.is_set() and written["waited"]
+    assert not thread.is_alive() and written["waited"]
     (grant,) = results
     assert not isinstance(grant, Exception), grant
     step = Step.objects.get(operation_ref=ref)
@@ -238,4 +249,41 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
     assert step.attempts == 2
     if connection.vendor == "postgresql":  # the context read saw it waited, and read again after the wait
         assert len(written["reads"]) == 2, written["reads"]
+    assert audit_verify() == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
+def test_a_keyed_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
+    """The same race with an Idempotency-Key, whose claim rides in the context read that waited
+    (issue 29): the read after the wait carries no second claim, the step keeps the other's
+    envelope, and the key's stored answer is the grant that was sent."""
+    ref = "race/lock-wait-keyed"
+    _step_needing_input(team, ref)
+    locked = threading.Event()
+    written: dict[str, Any] = {}
+
+    def waiter() -> Any:
+        assert locked.wait(10)
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                response = AgentClient(agent.raw_key).attempt(
+                    ref, tool="send_email", fingerprint=fingerprint("b"), headers={"HTTP_IDEMPOTENCY_KEY": "k-wait"}
+                )
+            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
+            return response
+        finally:
+            connection.close()
+
+    thread = _hold_the_step_then_ingest(team, ref, locked, written)
+    (response,) = run_together([waiter])
+    thread.join(timeout=60)
+    assert not thread.is_alive() and written["waited"]
+    assert not isinstance(response, Exception), response
+    assert response.status_code == 201, response.content
+    step = Step.objects.get(operation_ref=ref)
+    assert (step.last_envelope_id, step.attempts) == (written["envelope_id"], 2)
+    claims = [sql for sql in written["reads"] if "ON CONFLICT DO NOTHING" in sql]
+    assert (len(written["reads"]), len(claims)) == (2, 1), written["reads"]
+    stored = IdempotencyRecord.objects.get(key="k-wait")
+    assert (stored.status, stored.response) == (201, response.json())
     assert audit_verify() == []
