@@ -15,6 +15,7 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from accounts.models import Team
 from approvals.services import DecisionRefused, step_decide
 from envelopes import errors, services
 from envelopes.audit import audit_verify
@@ -171,14 +172,16 @@ def test_a_lapse_racing_the_attempt_that_would_use_the_approval_yields_one_outco
     assert audit_verify() == []
 
 
-def _step_needing_input(team, ref: str) -> None:  # type: ignore[no-untyped-def]
+def _step_needing_input(team: Team, ref: str) -> None:
     services.attempt_request(team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("a"))
     services.envelope_ingest(
         team=team, payload=error_envelope(operation_ref=ref), dialect="canonical", raw_body=b"{}"
     )  # needs_input: a fixed input may be tried
 
 
-def _hold_the_step_then_ingest(team, ref: str, locked: threading.Event, written: dict[str, Any]) -> threading.Thread:  # type: ignore[no-untyped-def]
+def _hold_the_step_then_ingest(
+    team: Team, ref: str, locked: threading.Event, written: dict[str, Any]
+) -> threading.Thread:
     """A thread that locks the step, waits until another transaction waits for that lock, then
     ingests an envelope for it and commits; `written` gets "waited" and "envelope_id"."""
 
