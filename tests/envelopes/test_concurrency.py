@@ -218,6 +218,22 @@ def _hold_the_step_then_ingest(
     return thread
 
 
+def _waiter(send: Callable[[], Any], locked: threading.Event, written: dict[str, Any]) -> Callable[[], Any]:
+    """`send` once the step is locked by the holder; `written["reads"]` gets its FOR UPDATE reads."""
+
+    def waiter() -> Any:
+        assert locked.wait(10)
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                answer = send()
+            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
+            return answer
+        finally:
+            connection.close()
+
+    return waiter
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their waits are PostgreSQL's")
 def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent: AgentClient, team) -> None:
     """A statement that waits for a row lock reads the locked row as the other transaction left
@@ -228,20 +244,13 @@ def test_a_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote(agent
     locked = threading.Event()
     written: dict[str, Any] = {}
 
-    def waiter() -> Any:
-        assert locked.wait(10)
-        try:
-            with CaptureQueriesContext(connection) as queries:
-                grant = services.attempt_request(
-                    team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
-                )
-            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
-            return grant
-        finally:
-            connection.close()
+    def grant() -> Any:
+        return services.attempt_request(
+            team=team, operation_ref=ref, tool_name="send_email", fingerprint=fingerprint("b")
+        )
 
     thread = _hold_the_step_then_ingest(team, ref, locked, written)
-    results = run_together([waiter])
+    results = run_together([_waiter(grant, locked, written)])
     thread.join(timeout=60)
     assert not thread.is_alive() and written["waited"]
     (grant,) = results
@@ -265,20 +274,13 @@ def test_a_keyed_write_that_waited_for_the_steps_lock_keeps_what_the_other_wrote
     locked = threading.Event()
     written: dict[str, Any] = {}
 
-    def waiter() -> Any:
-        assert locked.wait(10)
-        try:
-            with CaptureQueriesContext(connection) as queries:
-                response = AgentClient(agent.raw_key).attempt(
-                    ref, tool="send_email", fingerprint=fingerprint("b"), headers={"HTTP_IDEMPOTENCY_KEY": "k-wait"}
-                )
-            written["reads"] = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
-            return response
-        finally:
-            connection.close()
+    def keyed_grant() -> Any:
+        return AgentClient(agent.raw_key).attempt(
+            ref, tool="send_email", fingerprint=fingerprint("b"), headers={"HTTP_IDEMPOTENCY_KEY": "k-wait"}
+        )
 
     thread = _hold_the_step_then_ingest(team, ref, locked, written)
-    (response,) = run_together([waiter])
+    (response,) = run_together([_waiter(keyed_grant, locked, written)])
     thread.join(timeout=60)
     assert not thread.is_alive() and written["waited"]
     assert not isinstance(response, Exception), response

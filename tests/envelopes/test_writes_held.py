@@ -62,9 +62,16 @@ def test_a_second_write_sends_the_first_before_it_is_held(team: Team) -> None:
 
 
 def test_nothing_held_outlives_a_block_that_raised(team: Team) -> None:
-    with pytest.raises(RuntimeError), transaction.atomic(), modelsql.writes_held():
+    with (
+        CaptureQueriesContext(connection) as captured,
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+        modelsql.writes_held(),
+    ):
         _write(Tool(team=team, name="dropped"), [])
+        sent = len(captured.captured_queries)
         raise RuntimeError("the work failed")
+    assert [q["sql"] for q in captured.captured_queries[sent:] if "INSERT" in q["sql"]] == []
     with transaction.atomic(), modelsql.writes_held():
         modelsql.write_with(modelsql.insert(Tool(team=team, name="after_the_failure")))
     assert list(Tool.objects.filter(team=team).values_list("name", flat=True)) == ["after_the_failure"]

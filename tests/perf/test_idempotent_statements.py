@@ -45,7 +45,7 @@ def endpoint(team: Team, settings, monkeypatch):  # type: ignore[no-untyped-def]
     return endpoint_create(team=team, url="http://127.0.0.1:9/hook").endpoint
 
 
-def test_an_ingest_with_a_key_is_at_most_5_statements_past_the_door_and_replays(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_an_ingest_with_a_key_is_at_most_4_statements_past_the_door_and_replays(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
     agent.envelope(error_envelope(operation_ref="warm-up"), HTTP_IDEMPOTENCY_KEY="k0")
 
     with CaptureQueriesContext(connection) as captured:
@@ -64,7 +64,7 @@ def test_an_ingest_with_a_key_is_at_most_5_statements_past_the_door_and_replays(
     assert (record.status, record.response) == (201, first.json())
 
 
-def test_a_grant_with_a_key_is_at_most_5_statements_past_the_door(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
+def test_a_grant_with_a_key_is_at_most_4_statements_past_the_door(agent: AgentClient, endpoint) -> None:  # type: ignore[no-untyped-def]
     agent.attempt("warm-up", tool="send_email", fingerprint=fingerprint("w"), headers={"HTTP_IDEMPOTENCY_KEY": "g0"})
 
     with CaptureQueriesContext(connection) as captured:
