@@ -21,6 +21,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
+from .purging import purge_in_id_order
+
 logger = logging.getLogger(__name__)
 
 # A request for approval that its tool's escalate_after_s widened to the escalate_to group
@@ -166,22 +168,10 @@ def keep_unread(oldest_unread: Callable[[], int | None]) -> Callable[[], int | N
 
 def domain_event_purge(*, now: datetime | None = None, batch: int = PURGE_BATCH) -> int:
     """Delete events older than the retention that no consumer still needs, a batch per
-    statement, oldest first; returns how many.
-
-    Walks the table in id order (ids grow as events are written; no index on created_at, which
-    would cost every write of an event one more index insert) and stops at the first event
-    newer than the cutoff: each batch reads at most `batch` rows beyond what it deletes."""
+    statement, oldest first (`purging`: in id order, no index on created_at); returns how many."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.HOLDPOINT_DOMAIN_EVENT_RETENTION_DAYS)
     floors = [pk for pk in (oldest() for oldest in _unread) if pk is not None]
-    events = DomainEvent.objects.order_by("pk")
+    events = DomainEvent.objects.all()
     if floors:
         events = events.filter(pk__lt=min(floors))
-    purged, after = 0, 0
-    while True:
-        rows = list(events.filter(pk__gt=after).values_list("pk", "created_at")[:batch])
-        old = [pk for pk, created_at in rows if created_at < cutoff]
-        if old:
-            purged += DomainEvent.objects.filter(pk__in=old).delete()[0]
-        if len(old) < len(rows) or len(rows) < batch:
-            return purged
-        after = rows[-1][0]
+    return purge_in_id_order(events, written="created_at", cutoff=cutoff, batch=batch)

@@ -32,6 +32,7 @@ from accounts.models import Team
 from . import modelsql
 from .errors import HoldpointError
 from .models import IdempotencyRecord
+from .purging import purge_in_id_order
 
 IN_FLIGHT_TIMEOUT = timedelta(seconds=60)
 # A request normally answers within a second: a duplicate is told to come back then. Once the
@@ -298,17 +299,8 @@ def idempotency_store(record: IdempotencyRecord, *, status: int, body: Any, head
 
 def idempotency_purge(*, now: datetime | None = None, batch: int = 5000) -> int:
     """Forget the answers older than HOLDPOINT_IDEMPOTENCY_TTL_HOURS, a batch per statement so
-    that no transaction holds many rows; returns how many. A key used again after that is a new
+    that no transaction holds many rows, in id order (`purging`: no index on created_at, which
+    every keyed call would pay for); returns how many. A key used again after that is a new
     request (the attempt gate, not this table, is what keeps a write from happening twice)."""
     cutoff = (now or timezone.now()) - timedelta(hours=settings.HOLDPOINT_IDEMPOTENCY_TTL_HOURS)
-    purged = 0
-    while True:
-        ids = list(
-            IdempotencyRecord.objects.filter(created_at__lt=cutoff)
-            .order_by("created_at")
-            .values_list("pk", flat=True)[:batch]
-        )
-        if ids:
-            purged += IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]
-        if len(ids) < batch:
-            return purged
+    return purge_in_id_order(IdempotencyRecord.objects.all(), written="created_at", cutoff=cutoff, batch=batch)

@@ -534,8 +534,9 @@ class SkippedResource(models.Model):
 class IdempotencyRecord(models.Model):
     """The stored answer to a request sent with an Idempotency-Key, per team and endpoint."""
 
-    # No index of its own: idempotency_unique_key (team, endpoint, key) serves a team's rows, and
-    # every keyed call inserts one row into each index of this table.
+    # No index but the key's: idempotency_unique_key (team, endpoint, key) serves a team's rows,
+    # the purge walks the primary key (envelopes.purging), and every keyed call inserts one entry
+    # into each index of this table.
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     endpoint = models.CharField(max_length=40)
     key = models.CharField(max_length=255)
@@ -547,10 +548,6 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "endpoint", "key"], name="idempotency_unique_key")]
-        indexes = [
-            # The hourly purge of answers older than HOLDPOINT_IDEMPOTENCY_TTL_HOURS.
-            models.Index(fields=["created_at"], name="idempotency_created_idx"),
-        ]
 
 
 # Defined beside the core's other concerns, imported here so that Django registers them.

@@ -46,3 +46,20 @@ def test_a_purged_key_is_a_new_request_and_a_kept_one_still_replays(agent: Agent
     reused = keyed(agent, "k", operation_ref="run_2/other")  # another body: 422 before the purge
     assert reused.status_code == 201
     assert not reused.has_header("Idempotent-Replayed")
+
+
+def test_the_purge_walks_ids_and_leaves_what_follows_the_first_newer_answer(agent: AgentClient, settings) -> None:  # type: ignore[no-untyped-def]
+    """No index on the age: the purge reads batches in id order and stops after the first batch
+    with an answer inside the TTL, so an older one after it waits for a later purge."""
+    settings.HOLDPOINT_IDEMPOTENCY_TTL_HOURS = 24
+    now = timezone.now()
+    with time_machine.travel(now - timedelta(hours=30), tick=False):
+        assert keyed(agent, "oldest", operation_ref="run_3/a").status_code == 201
+    with time_machine.travel(now - timedelta(hours=1), tick=False):
+        assert keyed(agent, "recent", operation_ref="run_3/b").status_code == 201
+    with time_machine.travel(now - timedelta(hours=30), tick=False):
+        assert keyed(agent, "late-old", operation_ref="run_3/c").status_code == 201
+
+    assert idempotency_purge(now=now, batch=1) == 1
+    assert sorted(IdempotencyRecord.objects.values_list("key", flat=True)) == ["late-old", "recent"]
+    assert idempotency_purge(now=now + timedelta(hours=24), batch=1) == 2

@@ -1,6 +1,6 @@
 """What a keyed call's claim row costs the database: one entry in each index of its table. The
-table keeps the indexes its reads need (the key, the purge's age, besides its primary key) and no
-other; a team's rows are found through the key's unique index, which starts with the team."""
+table keeps the indexes its reads need (the key, besides its primary key, which the purge walks)
+and no other; a team's rows are found through the key's unique index, which starts with the team."""
 
 from __future__ import annotations
 
@@ -21,4 +21,4 @@ def test_the_idempotency_table_has_only_the_indexes_its_reads_need() -> None:
         for info in constraints.values()
         if (info["index"] or info["unique"]) and not info["primary_key"]
     )
-    assert indexed == [("created_at",), ("team_id", "endpoint", "key")], indexed
+    assert indexed == [("team_id", "endpoint", "key")], indexed
