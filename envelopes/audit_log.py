@@ -24,7 +24,9 @@ class AuditEvent(models.Model):
         ESCALATION = "escalation"  # a request for approval widened to its tool's escalate_to group
 
     # team leads audit_team_step_seq_idx: no lone index.
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False)
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     chain = models.CharField(max_length=40)  # "step:<id>", "tool:<id>" or "policy:<team id>"
     seq = models.PositiveIntegerField()
     # step and tool lead audit_step_seq_idx and audit_tool_kind_time_idx: no lone indexes (0009).
@@ -33,7 +35,13 @@ class AuditEvent(models.Model):
     )
     # Null on a team's policy chain only (rules and grants belong to no one tool).
     tool = models.ForeignKey(
-        "envelopes.Tool", on_delete=models.CASCADE, related_name="+", db_index=False, null=True, blank=True
+        "envelopes.Tool",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+        null=True,
+        blank=True,
     )
     kind = models.CharField(max_length=16, choices=Kind.choices)
     actor = models.CharField(max_length=200)

@@ -35,7 +35,9 @@ class DomainEvent(models.Model):
     (for step events, the §4 step shape at the moment of the change)."""
 
     # team and step lead domainevent_team_idx and domainevent_step_idx: no lone indexes (0009).
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False)
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     type = models.CharField(max_length=40)  # step.state_changed, step.decided, tool.halted, tool.resumed
     step = models.ForeignKey(
         "envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False

@@ -30,7 +30,8 @@ class ToolQuerySet(models.QuerySet["Tool"]):
 
 
 class Tool(models.Model):
-    """A named tool an agent calls, with the recovery settings of contract §1."""
+    """A named tool an agent calls, with the recovery settings of contract §1. The rows a request
+    writes point at it without a database constraint, as at their team (accounts.models.Team)."""
 
     # No index of its own: tool_unique_name_per_team (team, name) serves every lookup by team, and
     # with both, PostgreSQL's generic plan for the hot path's read of a tool by (team, name)
@@ -154,8 +155,8 @@ class Step(models.Model):
     # No index of its own: team leads the unique (team, operation_ref) and every other step index;
     # a bare team_id index only tempted the planner away from the unique lookup for a team its
     # statistics did not know yet (bench/README.md, "Flat with size").
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="steps", db_index=False)
-    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="steps")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="steps", db_index=False, db_constraint=False)
+    tool = models.ForeignKey(Tool, on_delete=models.RESTRICT, related_name="steps", db_constraint=False)
     operation_ref = models.CharField(max_length=200)
     state = models.CharField(max_length=20, choices=[(s.value, s.value) for s in State])
     reason = models.CharField(max_length=40)
@@ -449,8 +450,12 @@ class Envelope(models.Model):
 
     # team, tool and step lead envelope_team_correlation_idx, envelope_tool_received_idx and
     # envelope_step_received_idx: no lone indexes, one index insert less each per envelope (0009).
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
-    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="envelopes", db_index=False)
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="envelopes", db_index=False, db_constraint=False
+    )
+    tool = models.ForeignKey(
+        Tool, on_delete=models.RESTRICT, related_name="envelopes", db_index=False, db_constraint=False
+    )
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
     dialect = models.CharField(max_length=16, default="canonical")
     ok = models.BooleanField()
@@ -518,7 +523,7 @@ class Quarantine(models.Model):
 class SkippedResource(models.Model):
     """A resource the agent was told to skip (scope: resource), for its run's deliverable."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_constraint=False)
     run_id = models.CharField(max_length=200)
     resource_id = models.CharField(max_length=500)
     correlation_id = models.CharField(max_length=200)
@@ -537,7 +542,7 @@ class IdempotencyRecord(models.Model):
     # No index but the key's: idempotency_unique_key (team, endpoint, key) serves a team's rows,
     # the purge walks the primary key (envelopes.purging), and every keyed call inserts one entry
     # into each index of this table.
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
     endpoint = models.CharField(max_length=40)
     key = models.CharField(max_length=255)
     body_sha256 = models.CharField(max_length=64)

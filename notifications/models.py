@@ -94,7 +94,7 @@ class Channel(models.Model):
 class Watch(models.Model):
     """A step that entered a held state, as one channel follows it. Updated, not history."""
 
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+", db_constraint=False)
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="watches")
     step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, related_name="+")
     state = models.CharField(max_length=20)
@@ -179,7 +179,7 @@ class Notice(models.Model):
         DROPPED = "dropped"  # the step moved on (or the channel was disabled) before it went out
         FOLDED = "folded"  # a step of a halted tool: the halt's message speaks for it
 
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+", db_constraint=False)
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notices")
     event = models.CharField(max_length=40)
     step = models.ForeignKey("envelopes.Step", on_delete=models.CASCADE, null=True, blank=True, related_name="+")

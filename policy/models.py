@@ -220,7 +220,7 @@ class RuleAct(models.Model):
     """A step a rule or grant acted on (refused, held or approved), for the rule's latest 50 and
     the metrics' `approvals.by`. Append-only."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
     rule = models.ForeignKey(Rule, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
     grant = models.ForeignKey(Grant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
     name = models.CharField(max_length=64, blank=True)  # the rule's name then ("" for a grant)

@@ -61,7 +61,7 @@ class OutboxMessage(models.Model):
         ENDPOINT_GONE = "endpoint_gone", "The endpoint answered 410 Gone"
         ENDPOINT_DISABLED = "endpoint_disabled", "The endpoint was disabled"
 
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+", db_constraint=False)
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="messages")
     step = models.ForeignKey(
         "envelopes.Step",
