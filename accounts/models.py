@@ -29,11 +29,12 @@ class Team(models.Model):
     The rows a request writes (envelopes, steps, audit links, domain events, keyed answers,
     outbox messages, notices, watches, rule acts) point at their team, and at their tool, with no
     database constraint (`db_constraint=False`): PostgreSQL checks a constraint by locking the
-    referenced row FOR KEY SHARE at every insert, and all of a team's concurrent requests would
-    share that one row's lock (a new multixact each). The ids come from the authenticated key and
-    the locked step, never from an agent; deleting a team or a tool still goes through Django's
-    collector (CASCADE; RESTRICT keeps a tool with steps), and a step's own rows keep their
-    constraints to the step."""
+    referenced row FOR KEY SHARE at every insert, so all of a team's concurrent requests would
+    share that one row's lock (a new multixact each) and wait while anything holds it FOR UPDATE
+    (the team's row: the audit seal, a tool's registration; the tool's: a halt). The ids come
+    from the authenticated key and from rows the same transaction read, never from an agent;
+    deleting a team or a tool goes through Django's collector (CASCADE; RESTRICT keeps a tool
+    with steps), and a step's own rows keep their constraints to the step."""
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
