@@ -23,7 +23,7 @@ READERS: dict[str, list[str]] = {
     "CLI": ["scripts/run", "scripts/test", ".ci/run", "*/management/commands/*.py"],
     "SDK": ["sdk/holdpoint_sdk/**/*.py", "examples/**/*.py", "examples/**/*.ts", "sdk-js/src/**/*.ts"],
     "test harness": ["tests/**/*.py"],
-    "bench": ["bench/**/*.py", "bench/run"],
+    "bench": ["bench/**/*.py", "bench/run", "bench/*.sh"],
 }
 # Read, but not Holdpoint's to document.
 NOT_OURS = {"PATH", "TMPDIR", "DJANGO_LIVE_TEST_SERVER_ADDRESS", "PYTEST_XDIST_WORKER"}
