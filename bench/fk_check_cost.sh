@@ -23,9 +23,9 @@ while (($#)); do
     esac
 done
 
-psql "$PG_URL/postgres" -q -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
+psql "$PG_URL/postgres" -q -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
+    -c "CREATE DATABASE $DB" -c "ALTER DATABASE $DB SET synchronous_commit = off"
 psql "$PG_URL/$DB" -q <<'SQL'
-ALTER DATABASE hp_bench_fk SET synchronous_commit = off;
 CREATE TABLE team (id int PRIMARY KEY, slug text);
 CREATE TABLE tool (id int PRIMARY KEY, name text);
 INSERT INTO team VALUES (1, 'acme');

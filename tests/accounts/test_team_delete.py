@@ -17,6 +17,7 @@ from webhooks.services import endpoint_create
 
 pytestmark = pytest.mark.django_db
 
+# The tables a keyed ingest writes, each pointing at its team without a constraint.
 WRITTEN = [Step, Envelope, AuditEvent, DomainEvent, IdempotencyRecord, OutboxMessage]
 
 
@@ -26,7 +27,7 @@ def counts(team: Team) -> dict[str, int]:
 
 @pytest.fixture
 def written(team: Team, other_team: Team, agent: AgentClient, other_agent: AgentClient, settings) -> None:  # type: ignore[no-untyped-def]
-    """Both teams have sent a keyed envelope to an endpoint-bearing team: a row in each table."""
+    """Each team, with a webhook endpoint, has sent a keyed envelope: a row in each WRITTEN table."""
     settings.HOLDPOINT_WEBHOOK_ALLOW_PRIVATE = True
     for each, client in ((team, agent), (other_team, other_agent)):
         endpoint_create(team=each, url="http://127.0.0.1:9/hook")
